@@ -1,0 +1,307 @@
+//! The KV block pool: reference counts, the free queue and the prefix cache.
+//!
+//! Block 0 is the null block: never free, never in a full-attention table.
+//! A block is in the free queue exactly when its reference count is 0; a free
+//! block may still carry a hash, and then a later request can revive it with
+//! `touch` (a prefix hit) until `get_new_blocks` pops and evicts it. Freeing
+//! follows vLLM's order exactly, since it fixes which block ids later requests
+//! receive: see `free_blocks`.
+
+use crate::block_hash::BlockHash;
+use crate::free_queue::FreeBlockQueue;
+use crate::prefix_cache::CachedBlockMap;
+use crate::request::BlockId;
+
+pub const NULL_BLOCK: BlockId = 0;
+
+#[derive(Debug)]
+pub struct BlockPool {
+    num_blocks: usize,
+    enable_caching: bool,
+    ref_cnt: Vec<u32>,
+    hash: Vec<Option<BlockHash>>,
+    free: FreeBlockQueue,
+    cached: CachedBlockMap,
+    evict_first: Vec<BlockId>,
+    evict_last: Vec<BlockId>,
+}
+
+impl BlockPool {
+    /// A pool of `num_blocks` blocks, null block included.
+    pub fn new(num_blocks: usize, enable_caching: bool) -> Self {
+        assert!(num_blocks >= 1, "a block pool needs at least the null block");
+        BlockPool {
+            num_blocks,
+            enable_caching,
+            ref_cnt: vec![0; num_blocks],
+            hash: vec![None; num_blocks],
+            free: FreeBlockQueue::new(num_blocks, 1..num_blocks as BlockId),
+            cached: CachedBlockMap::default(),
+            evict_first: Vec::new(),
+            evict_last: Vec::new(),
+        }
+    }
+
+    pub fn num_blocks(&self) -> usize {
+        self.num_blocks
+    }
+    pub fn num_free_blocks(&self) -> usize {
+        self.free.len()
+    }
+    pub fn caching_enabled(&self) -> bool {
+        self.enable_caching
+    }
+
+    /// Fraction of usable blocks in use: `1 - free / (N - 1)`.
+    pub fn usage(&self) -> f64 {
+        let usable = self.num_blocks - 1;
+        if usable == 0 {
+            0.0
+        } else {
+            1.0 - self.free.len() as f64 / usable as f64
+        }
+    }
+
+    pub fn ref_cnt(&self, block: BlockId) -> u32 {
+        self.ref_cnt[block as usize]
+    }
+    pub fn block_hash(&self, block: BlockId) -> Option<&BlockHash> {
+        self.hash[block as usize].as_ref()
+    }
+    pub fn free_queue(&self) -> &FreeBlockQueue {
+        &self.free
+    }
+    pub fn cached_map(&self) -> &CachedBlockMap {
+        &self.cached
+    }
+
+    /// The earliest cached block for `hash`.
+    pub fn get_cached_block(&self, hash: &BlockHash) -> Option<BlockId> {
+        self.cached.get(hash)
+    }
+
+    /// Pops `n` blocks from the free head into `out`, evicting any cached hash
+    /// they carry. The caller has checked `n <= num_free_blocks()`.
+    pub fn get_new_blocks(&mut self, n: usize, out: &mut Vec<BlockId>) {
+        assert!(n <= self.free.len(), "cannot get {n} free blocks from the pool");
+        for _ in 0..n {
+            let Some(b) = self.free.pop_front() else {
+                unreachable!("free queue shorter than its count");
+            };
+            if self.enable_caching {
+                self.evict(b);
+            }
+            debug_assert_eq!(self.ref_cnt[b as usize], 0);
+            self.ref_cnt[b as usize] = 1;
+            out.push(b);
+        }
+    }
+
+    fn evict(&mut self, block: BlockId) {
+        if let Some(h) = self.hash[block as usize].take() {
+            self.cached.remove(&h, block);
+        }
+    }
+
+    /// Takes a reference on prefix-hit blocks, unlinking free ones.
+    pub fn touch(&mut self, blocks: &[BlockId]) {
+        for &b in blocks {
+            if b == NULL_BLOCK {
+                continue;
+            }
+            if self.ref_cnt[b as usize] == 0 {
+                self.free.remove(b);
+            }
+            self.ref_cnt[b as usize] += 1;
+        }
+    }
+
+    /// Drops one reference on each block, given in eviction order (the caller
+    /// passes a block table reversed). Blocks reaching zero without a hash (or
+    /// with caching off) go to the head, in that order, to be reused first;
+    /// hashed ones go to the tail, to be evicted last.
+    pub fn free_blocks(&mut self, ordered: impl Iterator<Item = BlockId>) {
+        let mut first = std::mem::take(&mut self.evict_first);
+        let mut last = std::mem::take(&mut self.evict_last);
+        for b in ordered {
+            if b == NULL_BLOCK {
+                continue;
+            }
+            let rc = &mut self.ref_cnt[b as usize];
+            debug_assert!(*rc > 0, "double free of block {b}");
+            *rc -= 1;
+            if *rc == 0 {
+                if self.enable_caching && self.hash[b as usize].is_some() {
+                    last.push(b);
+                } else {
+                    first.push(b);
+                }
+            }
+        }
+        self.free.prepend_n(&first);
+        self.free.append_n(&last);
+        first.clear();
+        last.clear();
+        self.evict_first = first;
+        self.evict_last = last;
+    }
+
+    /// Registers `blocks[i]` under `hashes[i]` for each pair.
+    pub fn cache_full_blocks(&mut self, blocks: &[BlockId], hashes: &[BlockHash]) {
+        debug_assert_eq!(blocks.len(), hashes.len());
+        for (&b, h) in blocks.iter().zip(hashes) {
+            if b == NULL_BLOCK {
+                continue;
+            }
+            let slot = &mut self.hash[b as usize];
+            if slot.as_ref() == Some(h) || self.cached.contains(h, b) {
+                continue;
+            }
+            if let Some(old) = slot.take() {
+                // A single full-attention group never re-hashes a block; stay
+                // consistent anyway.
+                self.cached.remove(&old, b);
+            }
+            *slot = Some(*h);
+            self.cached.insert(*h, b);
+        }
+    }
+
+    /// Drops every cached hash. Succeeds only when no block is in use.
+    pub fn reset_prefix_cache(&mut self) -> bool {
+        if self.free.len() != self.num_blocks - 1 {
+            return false;
+        }
+        self.cached.clear();
+        self.hash.iter_mut().for_each(|h| *h = None);
+        true
+    }
+
+    /// Invariants of the pool alone (see the design doc, section 8).
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.free.check_consistency()?;
+        if self.free.contains(NULL_BLOCK) {
+            return Err("null block is in the free queue".into());
+        }
+        for b in 1..self.num_blocks as BlockId {
+            let in_queue = self.free.contains(b);
+            let rc = self.ref_cnt[b as usize];
+            if in_queue != (rc == 0) {
+                return Err(format!("block {b}: ref_cnt {rc} but in_queue={in_queue}"));
+            }
+            if let Some(h) = &self.hash[b as usize] {
+                if !self.cached.contains(h, b) {
+                    return Err(format!("block {b} has a hash the map does not hold"));
+                }
+            }
+        }
+        for (h, blocks) in self.cached.iter() {
+            for &b in blocks {
+                if self.hash[b as usize].as_ref() != Some(h) {
+                    return Err(format!("map entry for block {b} does not match its hash"));
+                }
+            }
+        }
+        if !self.enable_caching && (!self.cached.is_empty() || self.hash.iter().any(Option::is_some))
+        {
+            return Err("caching is off but a block carries a hash".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(x: u8) -> BlockHash {
+        BlockHash([x; 32])
+    }
+
+    fn queue(p: &BlockPool) -> Vec<BlockId> {
+        p.free_queue().iter().collect()
+    }
+
+    #[test]
+    fn null_block_is_reserved() {
+        let p = BlockPool::new(5, false);
+        assert_eq!(queue(&p), vec![1, 2, 3, 4]);
+        assert_eq!(p.num_free_blocks(), 4);
+        assert_eq!(p.usage(), 0.0);
+    }
+
+    #[test]
+    fn without_caching_the_pool_is_a_lifo_stack() {
+        let mut p = BlockPool::new(10, false);
+        let mut a = Vec::new();
+        p.get_new_blocks(3, &mut a);
+        assert_eq!(a, vec![1, 2, 3]);
+        p.free_blocks(a.iter().rev().copied());
+        // Freed [1,2,3] reversed: the head is 3, 2, 1.
+        assert_eq!(&queue(&p)[..4], &[3, 2, 1, 4]);
+        let mut b = Vec::new();
+        p.get_new_blocks(2, &mut b);
+        assert_eq!(b, vec![3, 2]);
+        p.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn with_caching_hashed_blocks_go_to_the_tail_for_lru() {
+        // The design doc's worked example: B = 4, N = 10, a 10-token prompt.
+        let mut p = BlockPool::new(10, true);
+        let mut a = Vec::new();
+        p.get_new_blocks(3, &mut a);
+        p.cache_full_blocks(&a[..2], &[h(1), h(2)]);
+        p.free_blocks(a.iter().rev().copied());
+        assert_eq!(queue(&p), vec![3, 4, 5, 6, 7, 8, 9, 2, 1]);
+        assert_eq!(p.get_cached_block(&h(1)), Some(1));
+        // A hit revives blocks 1 and 2 out of the free queue.
+        p.touch(&[1, 2]);
+        assert_eq!(p.num_free_blocks(), 7);
+        assert_eq!(p.ref_cnt(1), 1);
+        p.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn popping_a_cached_free_block_evicts_its_hash() {
+        let mut p = BlockPool::new(3, true);
+        let mut a = Vec::new();
+        p.get_new_blocks(2, &mut a);
+        p.cache_full_blocks(&a, &[h(1), h(2)]);
+        p.free_blocks(a.iter().rev().copied());
+        assert_eq!(queue(&p), vec![2, 1]);
+        let mut b = Vec::new();
+        p.get_new_blocks(1, &mut b);
+        assert_eq!(b, vec![2]);
+        assert_eq!(p.get_cached_block(&h(2)), None);
+        assert_eq!(p.get_cached_block(&h(1)), Some(1));
+        p.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn shared_blocks_stay_out_of_the_queue_until_the_last_reference() {
+        let mut p = BlockPool::new(4, true);
+        let mut a = Vec::new();
+        p.get_new_blocks(1, &mut a);
+        p.cache_full_blocks(&a, &[h(9)]);
+        p.touch(&a);
+        p.free_blocks(a.iter().copied());
+        assert_eq!(p.num_free_blocks(), 2);
+        p.free_blocks(a.iter().copied());
+        assert_eq!(p.num_free_blocks(), 3);
+        assert_eq!(queue(&p).last(), Some(&1));
+    }
+
+    #[test]
+    fn reset_prefix_cache_needs_an_idle_pool() {
+        let mut p = BlockPool::new(4, true);
+        let mut a = Vec::new();
+        p.get_new_blocks(1, &mut a);
+        p.cache_full_blocks(&a, &[h(3)]);
+        assert!(!p.reset_prefix_cache());
+        p.free_blocks(a.iter().copied());
+        assert!(p.reset_prefix_cache());
+        assert_eq!(p.get_cached_block(&h(3)), None);
+        p.check_invariants().unwrap();
+    }
+}

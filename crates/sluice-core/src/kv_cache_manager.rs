@@ -1,0 +1,247 @@
+//! The KV cache manager: answers the scheduler's two questions.
+//!
+//! "What is already cached for this request?" (`get_computed_blocks`, no side
+//! effects) and "give me room for `n` more tokens" (`allocate_slots`, which
+//! either succeeds completely or changes nothing). It owns every block table;
+//! the scheduler only ever holds block ids it reads back from here.
+//!
+//! Tables are indexed by the scheduler's request slot so that the per-step hot
+//! path does no hashing of request ids.
+
+use crate::block_hash::BlockHasher;
+use crate::block_pool::BlockPool;
+use crate::request::{BlockId, Request, RequestStatus};
+use crate::stats::PrefixCacheStats;
+
+#[derive(Debug, Default, Clone)]
+struct RequestBlocks {
+    blocks: Vec<BlockId>,
+    /// Leading blocks of `blocks` already registered in the prefix cache.
+    num_cached: usize,
+}
+
+#[derive(Debug)]
+pub struct KvCacheManager {
+    pool: BlockPool,
+    block_size: usize,
+    max_model_len: usize,
+    watermark_blocks: usize,
+    hasher: Option<BlockHasher>,
+    tables: Vec<RequestBlocks>,
+    stats: PrefixCacheStats,
+}
+
+fn cdiv(a: usize, b: usize) -> usize {
+    a.div_ceil(b)
+}
+
+impl KvCacheManager {
+    /// `hasher` is `Some` exactly when prefix caching is enabled.
+    pub fn new(
+        num_blocks: usize,
+        block_size: usize,
+        max_model_len: usize,
+        watermark: f64,
+        hasher: Option<BlockHasher>,
+    ) -> Self {
+        KvCacheManager {
+            pool: BlockPool::new(num_blocks, hasher.is_some()),
+            block_size,
+            max_model_len,
+            watermark_blocks: (watermark * num_blocks as f64).floor() as usize,
+            hasher,
+            tables: Vec::new(),
+            stats: PrefixCacheStats::default(),
+        }
+    }
+
+    pub fn block_size(&self) -> usize {
+        self.block_size
+    }
+    pub fn hasher(&self) -> Option<&BlockHasher> {
+        self.hasher.as_ref()
+    }
+    pub fn pool(&self) -> &BlockPool {
+        &self.pool
+    }
+    pub fn num_free_blocks(&self) -> usize {
+        self.pool.num_free_blocks()
+    }
+    pub fn usage(&self) -> f64 {
+        self.pool.usage()
+    }
+
+    /// The block table of the request in `slot`.
+    pub fn block_ids(&self, slot: usize) -> &[BlockId] {
+        self.tables.get(slot).map_or(&[], |t| &t.blocks)
+    }
+
+    pub(crate) fn num_cached_blocks(&self, slot: usize) -> usize {
+        self.tables.get(slot).map_or(0, |t| t.num_cached)
+    }
+
+    /// The longest run of cached blocks for `req` that leaves at least one
+    /// token to compute (its logits are needed), written to `hit_blocks`.
+    /// Returns the hit in tokens, a multiple of the block size.
+    pub fn get_computed_blocks(&self, req: &Request, hit_blocks: &mut Vec<BlockId>) -> usize {
+        hit_blocks.clear();
+        if self.hasher.is_none() || !req.reads_prefix_cache() {
+            return 0;
+        }
+        let max_len = req.num_tokens() - 1;
+        let max_blocks = (max_len / self.block_size).min(req.block_hashes.len());
+        for h in &req.block_hashes[..max_blocks] {
+            match self.pool.get_cached_block(h) {
+                Some(b) => hit_blocks.push(b),
+                // Hashes are chained: every later block misses too.
+                None => break,
+            }
+        }
+        hit_blocks.len() * self.block_size
+    }
+
+    /// Blocks a table needs to hold `num_tokens`, counting prefix-hit blocks
+    /// that are free (touching them takes them out of the free queue).
+    fn blocks_needed(&self, held: usize, num_tokens: usize, hit_blocks: &[BlockId]) -> usize {
+        let required = cdiv(num_tokens, self.block_size);
+        let evictable = hit_blocks
+            .iter()
+            .filter(|&&b| self.pool.ref_cnt(b) == 0)
+            .count();
+        required.saturating_sub(held + hit_blocks.len()) + evictable
+    }
+
+    /// Makes room for `num_new_tokens` more tokens of `req` (plus lookahead),
+    /// adopting `hit_blocks` (the prefix hit of `hit_tokens` tokens) on a first
+    /// allocation. With `full_sequence_must_fit` (the admission gate), it also
+    /// requires room for all of the request's known tokens. Returns the number
+    /// of freshly popped blocks, now at the end of the table, or `None` with no
+    /// side effect when the pool is too small.
+    #[allow(clippy::too_many_arguments)]
+    pub fn allocate_slots(
+        &mut self,
+        slot: usize,
+        req: &Request,
+        num_new_tokens: usize,
+        hit_tokens: usize,
+        hit_blocks: &[BlockId],
+        num_lookahead_tokens: usize,
+        full_sequence_must_fit: bool,
+        has_scheduled_reqs: bool,
+    ) -> Option<usize> {
+        debug_assert!(num_new_tokens > 0 || hit_tokens > 0, "nothing to allocate");
+        let held = self.block_ids(slot).len();
+        let total_computed = (req.num_computed_tokens + hit_tokens).min(self.max_model_len);
+        let watermark = if has_scheduled_reqs
+            && matches!(req.status, RequestStatus::Waiting | RequestStatus::Preempted)
+        {
+            self.watermark_blocks
+        } else {
+            0
+        };
+        let free = self.pool.num_free_blocks();
+        if full_sequence_must_fit {
+            let full = req.num_tokens().min(self.max_model_len);
+            if self.blocks_needed(held, full, hit_blocks) + watermark > free {
+                return None;
+            }
+        }
+        let slot_tokens =
+            (total_computed + num_new_tokens + num_lookahead_tokens).min(self.max_model_len);
+        if self.blocks_needed(held, slot_tokens, hit_blocks) + watermark > free {
+            return None;
+        }
+
+        // Both checks passed: from here on nothing can fail.
+        let block_size = self.block_size;
+        let Self { pool, tables, .. } = self;
+        if slot >= tables.len() {
+            tables.resize_with(slot + 1, RequestBlocks::default);
+        }
+        let table = &mut tables[slot];
+        if !hit_blocks.is_empty() {
+            pool.touch(hit_blocks);
+            table.blocks.extend_from_slice(hit_blocks);
+            table.num_cached = table.blocks.len();
+        }
+        let want = cdiv(slot_tokens, block_size).saturating_sub(table.blocks.len());
+        pool.get_new_blocks(want, &mut table.blocks);
+        let to_cache = (total_computed + num_new_tokens).min(req.num_tokens());
+        self.cache_blocks(slot, req, to_cache);
+        Some(want)
+    }
+
+    /// Registers the request's full blocks among its first `num_tokens` tokens
+    /// in the prefix cache (incrementally: only blocks not yet registered).
+    pub fn cache_blocks(&mut self, slot: usize, req: &Request, num_tokens: usize) {
+        if self.hasher.is_none() {
+            return;
+        }
+        let full = num_tokens.min(req.block_hashes.len() * self.block_size) / self.block_size;
+        let Self { pool, tables, .. } = self;
+        let Some(table) = tables.get_mut(slot) else {
+            return;
+        };
+        if table.num_cached >= full {
+            return;
+        }
+        let start = table.num_cached;
+        pool.cache_full_blocks(&table.blocks[start..full], &req.block_hashes[start..full]);
+        table.num_cached = full;
+    }
+
+    /// Frees the request's blocks, last block first, and forgets its table.
+    pub fn free(&mut self, slot: usize) {
+        let Self { pool, tables, .. } = self;
+        if let Some(t) = tables.get_mut(slot) {
+            pool.free_blocks(t.blocks.iter().rev().copied());
+            t.blocks.clear();
+            t.num_cached = 0;
+        }
+    }
+
+    /// Counts an admission's lookup (only admissions are counted, so a lookup
+    /// that then failed to fit is not).
+    pub fn record_prefix_cache_stats(&mut self, req: &Request, hit_tokens: usize) {
+        if self.hasher.is_none() || !req.reads_prefix_cache() {
+            return;
+        }
+        let s = &mut self.stats;
+        if req.num_preemptions > 0 {
+            s.preempted_requests += 1;
+            s.preempted_queries += req.num_tokens() as u64;
+            s.preempted_hits += hit_tokens as u64;
+        } else {
+            s.requests += 1;
+            s.queries += req.num_tokens() as u64;
+            s.hits += hit_tokens as u64;
+        }
+    }
+
+    /// The stats gathered since the last call; the counters restart.
+    pub fn take_prefix_cache_stats(&mut self) -> PrefixCacheStats {
+        std::mem::take(&mut self.stats)
+    }
+
+    pub fn prefix_cache_stats(&self) -> &PrefixCacheStats {
+        &self.stats
+    }
+
+    /// Drops every cached hash; only possible when no block is in use.
+    pub fn reset_prefix_cache(&mut self) -> bool {
+        let ok = self.pool.reset_prefix_cache();
+        if ok {
+            self.stats.reset = true;
+        }
+        ok
+    }
+
+    /// Every non-null block in any table, with its multiplicity, for the
+    /// invariant checks.
+    pub(crate) fn tables(&self) -> impl Iterator<Item = (usize, &[BlockId])> {
+        self.tables
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (i, t.blocks.as_slice()))
+    }
+}

@@ -1,0 +1,234 @@
+//! What crosses the scheduler's boundary each step.
+//!
+//! `SchedulerOutput` goes to the model runner: full data for requests it has
+//! never seen, only deltas (new block ids, progress) for the ones it already
+//! holds, as in vLLM. `ModelRunnerOutput` comes back with the sampled tokens,
+//! and `update_from_output` turns it into one `EngineCoreOutput` per request
+//! that produced tokens or finished.
+
+use crate::request::{BlockId, FinishReason, RequestId, StopReason, TokenId};
+use crate::sampling_params::SamplingParams;
+use smallvec::SmallVec;
+use std::sync::Arc;
+
+/// Identifies a live request inside the scheduler without hashing its id.
+/// Stale after the request is freed (the generation no longer matches).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ReqHandle {
+    pub(crate) slot: u32,
+    pub(crate) generation: u32,
+}
+
+/// A request the runner has not seen: everything it needs to build its state.
+#[derive(Clone, Debug)]
+pub struct NewRequestData {
+    pub req_id: RequestId,
+    pub prompt_token_ids: Vec<TokenId>,
+    pub sampling_params: Arc<SamplingParams>,
+    /// The whole block table, prefix-hit blocks included.
+    pub block_ids: Vec<BlockId>,
+    /// Tokens whose KV is already present (the prefix hit), before this step.
+    pub num_computed_tokens: usize,
+}
+
+/// A request the runner already holds, scheduled again.
+#[derive(Clone, Debug)]
+pub struct CachedRequest {
+    pub req_id: RequestId,
+    /// Re-admitted after a preemption: its block table is *replaced* by
+    /// `new_block_ids` (the whole table) instead of extended.
+    pub resumed: bool,
+    /// Progress before this step.
+    pub num_computed_tokens: usize,
+    pub num_output_tokens: usize,
+    /// `start..end` into `CachedRequestData::block_ids`; `None` when no block
+    /// was added.
+    new_blocks: Option<(u32, u32)>,
+    /// For resumed requests: every known token (prompt and outputs), so a
+    /// runner that dropped the request on preemption can rebuild it.
+    pub all_token_ids: Option<Vec<TokenId>>,
+}
+
+/// Scheduled running requests, then resumed ones (vLLM's `CachedRequestData`).
+/// New block ids live in one flat array so a decode step allocates nothing
+/// per request.
+#[derive(Clone, Debug, Default)]
+pub struct CachedRequestData {
+    pub reqs: Vec<CachedRequest>,
+    block_ids: Vec<BlockId>,
+}
+
+impl CachedRequestData {
+    pub(crate) fn push(
+        &mut self,
+        req_id: RequestId,
+        resumed: bool,
+        num_computed_tokens: usize,
+        num_output_tokens: usize,
+        new_blocks: &[BlockId],
+        all_token_ids: Option<Vec<TokenId>>,
+    ) {
+        let new_blocks = (!new_blocks.is_empty()).then(|| {
+            let start = self.block_ids.len() as u32;
+            self.block_ids.extend_from_slice(new_blocks);
+            (start, self.block_ids.len() as u32)
+        });
+        self.reqs.push(CachedRequest {
+            req_id,
+            resumed,
+            num_computed_tokens,
+            num_output_tokens,
+            new_blocks,
+            all_token_ids,
+        });
+    }
+
+    pub fn len(&self) -> usize {
+        self.reqs.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.reqs.is_empty()
+    }
+
+    /// Blocks added for entry `i` (the whole table if it resumed), or `None`.
+    pub fn new_block_ids(&self, i: usize) -> Option<&[BlockId]> {
+        self.reqs[i]
+            .new_blocks
+            .map(|(s, e)| &self.block_ids[s as usize..e as usize])
+    }
+}
+
+/// One scheduled request and its token count, in scheduling order.
+#[derive(Clone, Debug)]
+pub struct ScheduledRequest {
+    pub req_id: RequestId,
+    pub handle: ReqHandle,
+    pub num_tokens: usize,
+}
+
+/// The decision of one `schedule()` call.
+#[derive(Clone, Debug, Default)]
+pub struct SchedulerOutput {
+    pub scheduled_new_reqs: Vec<NewRequestData>,
+    pub scheduled_cached_reqs: CachedRequestData,
+    /// Running requests first (in running order), then admissions (in
+    /// admission order). Every entry is > 0.
+    pub num_scheduled_tokens: Vec<ScheduledRequest>,
+    pub total_num_scheduled_tokens: usize,
+    /// Draft tokens to verify per request (speculative decoding only).
+    pub scheduled_spec_decode_tokens: Vec<(RequestId, Vec<TokenId>)>,
+    /// Every request preempted since the previous `schedule()`, in order.
+    pub preempted_req_ids: Vec<RequestId>,
+    /// Every request finished since the previous `schedule()`: the runner
+    /// drops their state.
+    pub finished_req_ids: Vec<RequestId>,
+}
+
+impl SchedulerOutput {
+    /// Tokens scheduled for `req_id` (a linear scan; for tests and tools).
+    pub fn num_scheduled(&self, req_id: &str) -> Option<usize> {
+        self.num_scheduled_tokens
+            .iter()
+            .find(|s| &*s.req_id == req_id)
+            .map(|s| s.num_tokens)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.total_num_scheduled_tokens == 0
+    }
+}
+
+/// One token's logprob.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TokenLogprob {
+    pub token_id: TokenId,
+    pub logprob: f32,
+}
+
+/// Logprobs at one sampled position: the chosen token (with its rank in the
+/// distribution, 1 = best) and the top-N.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SampleLogprobs {
+    pub sampled: TokenLogprob,
+    pub rank: usize,
+    pub top: Vec<TokenLogprob>,
+}
+
+/// Prompt logprobs of one request: for each prompt position after the first,
+/// the logprob of the actual token and the top-N (position 0 has none).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PromptLogprobs {
+    pub req_id: RequestId,
+    pub positions: Vec<SampleLogprobs>,
+}
+
+/// What the model runner returns for one `SchedulerOutput`. Entry `i` belongs
+/// to `num_scheduled_tokens[i]`; a request still mid-prefill samples nothing.
+#[derive(Clone, Debug, Default)]
+pub struct ModelRunnerOutput {
+    offsets: Vec<u32>,
+    tokens: Vec<TokenId>,
+    /// When any request asked for logprobs: one entry per sampled token,
+    /// aligned with the flattened tokens (`None` for requests that did not
+    /// ask).
+    pub logprobs: Option<Vec<Option<SampleLogprobs>>>,
+    pub prompt_logprobs: Vec<PromptLogprobs>,
+}
+
+impl ModelRunnerOutput {
+    pub fn with_capacity(num_reqs: usize) -> Self {
+        let mut offsets = Vec::with_capacity(num_reqs + 1);
+        offsets.push(0);
+        ModelRunnerOutput {
+            offsets,
+            tokens: Vec::with_capacity(num_reqs),
+            logprobs: None,
+            prompt_logprobs: Vec::new(),
+        }
+    }
+
+    /// Appends the next request's sampled tokens (empty for a prefill chunk).
+    pub fn push(&mut self, sampled: &[TokenId]) {
+        if self.offsets.is_empty() {
+            self.offsets.push(0);
+        }
+        self.tokens.extend_from_slice(sampled);
+        self.offsets.push(self.tokens.len() as u32);
+    }
+
+    pub fn num_reqs(&self) -> usize {
+        self.offsets.len().saturating_sub(1)
+    }
+
+    /// Tokens sampled for entry `i` (empty if out of range).
+    pub fn sampled(&self, i: usize) -> &[TokenId] {
+        match (self.offsets.get(i), self.offsets.get(i + 1)) {
+            (Some(&s), Some(&e)) => &self.tokens[s as usize..e as usize],
+            _ => &[],
+        }
+    }
+
+    /// Logprobs of entry `i`'s sampled tokens, if any were computed.
+    pub fn sample_logprobs(&self, i: usize) -> Option<&[Option<SampleLogprobs>]> {
+        let lp = self.logprobs.as_ref()?;
+        let (s, e) = (*self.offsets.get(i)?, *self.offsets.get(i + 1)?);
+        lp.get(s as usize..e as usize)
+    }
+}
+
+/// New tokens of one request in one step; inline for the usual one token.
+pub type TokenVec = SmallVec<[TokenId; 4]>;
+
+/// A request's progress reported by `update_from_output`.
+#[derive(Clone, Debug)]
+pub struct EngineCoreOutput {
+    pub req_id: RequestId,
+    /// Position in `num_scheduled_tokens` (and in the `ModelRunnerOutput`),
+    /// for fetching logprobs.
+    pub index: usize,
+    pub new_token_ids: TokenVec,
+    pub finish_reason: Option<FinishReason>,
+    pub stop_reason: Option<StopReason>,
+    /// Prompt tokens served from the prefix cache at first admission.
+    pub num_cached_tokens: usize,
+}

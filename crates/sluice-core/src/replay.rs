@@ -1,0 +1,327 @@
+//! Replays a trace through the scheduler with a scripted model, producing
+//! the decision log of `shared/spec/scheduler-trace.md`.
+//!
+//! The step loop: arrivals (listed order), aborts (listed order, one call
+//! each), `schedule()`, the scripted model (every request whose computed
+//! tokens reach its known tokens samples its next `output` entry),
+//! `update_from_output()`, then the step's record.
+
+use crate::output::{ModelRunnerOutput, SchedulerOutput};
+use crate::request::{BlockId, FinishReason, NewRequest, RequestId, RequestStatus};
+use crate::sampling_params::SamplingParams;
+use crate::scheduler::Scheduler;
+use crate::trace::{Trace, TraceRequest};
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// One line of the decision log.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StepRecord {
+    pub step: u64,
+    pub scheduled: Vec<(RequestId, usize)>,
+    pub new: Vec<RequestId>,
+    pub resumed: Vec<RequestId>,
+    pub preempted: Vec<RequestId>,
+    pub cached_tokens: Vec<(RequestId, usize)>,
+    pub finished: Vec<(RequestId, FinishReason)>,
+    pub free_blocks: usize,
+    pub new_blocks: Vec<(RequestId, Vec<BlockId>)>,
+}
+
+fn push_str(out: &mut String, s: &str) {
+    // serde_json escapes exactly as JSON requires; writing to a String
+    // cannot fail.
+    out.push_str(&serde_json::to_string(s).unwrap_or_default());
+}
+
+fn push_ids(out: &mut String, ids: &[RequestId]) {
+    out.push('[');
+    for (i, id) in ids.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        push_str(out, id);
+    }
+    out.push(']');
+}
+
+fn push_map<V>(out: &mut String, entries: &[(RequestId, V)], mut value: impl FnMut(&mut String, &V)) {
+    out.push('{');
+    for (i, (id, v)) in entries.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        push_str(out, id);
+        out.push_str(": ");
+        value(out, v);
+    }
+    out.push('}');
+}
+
+impl StepRecord {
+    /// The record as one JSON line, formatted like the golden logs.
+    pub fn to_json(&self) -> String {
+        let mut o = String::with_capacity(256);
+        let _ = write!(o, "{{\"step\": {}, \"scheduled\": ", self.step);
+        push_map(&mut o, &self.scheduled, |o, n| {
+            let _ = write!(o, "{n}");
+        });
+        o.push_str(", \"new\": ");
+        push_ids(&mut o, &self.new);
+        o.push_str(", \"resumed\": ");
+        push_ids(&mut o, &self.resumed);
+        o.push_str(", \"preempted\": ");
+        push_ids(&mut o, &self.preempted);
+        o.push_str(", \"cached_tokens\": ");
+        push_map(&mut o, &self.cached_tokens, |o, n| {
+            let _ = write!(o, "{n}");
+        });
+        o.push_str(", \"finished\": ");
+        push_map(&mut o, &self.finished, |o, r| {
+            push_str(o, r.as_str());
+        });
+        let _ = write!(o, ", \"free_blocks\": {}, \"new_blocks\": ", self.free_blocks);
+        push_map(&mut o, &self.new_blocks, |o, blocks| {
+            o.push('[');
+            for (i, b) in blocks.iter().enumerate() {
+                if i > 0 {
+                    o.push_str(", ");
+                }
+                let _ = write!(o, "{b}");
+            }
+            o.push(']');
+        });
+        o.push('}');
+        o
+    }
+}
+
+/// Wall time of the two scheduler calls of one step.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StepTiming {
+    pub step: u64,
+    pub schedule_ns: u64,
+    pub update_ns: u64,
+    pub num_scheduled_reqs: usize,
+}
+
+/// A replay in progress.
+pub struct Replayer {
+    trace: Trace,
+    scheduler: Scheduler,
+    /// Requests by arrival step, in listed order.
+    arrivals: Vec<(u64, usize)>,
+    next_arrival: usize,
+    aborts_by_step: HashMap<u64, Vec<String>>,
+    step: u64,
+    last_arrival: Option<u64>,
+    outputs: HashMap<String, usize>,
+}
+
+/// Why a replay could not continue (a trace error the parser cannot see).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplayError(pub String);
+
+impl std::fmt::Display for ReplayError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ReplayError {}
+
+fn sampling_params(r: &TraceRequest) -> SamplingParams {
+    SamplingParams {
+        max_tokens: r.max_tokens,
+        // min_tokens is the sampler's business; the scripted model stands in
+        // for the sampler, so the scheduler never sees it.
+        min_tokens: 0,
+        temperature: 0.0,
+        ignore_eos: r.ignore_eos,
+        eos_token_id: if r.ignore_eos { None } else { r.eos_token_id },
+        stop_token_ids: r.stop_token_ids.clone(),
+        ..SamplingParams::default()
+    }
+}
+
+impl Replayer {
+    pub fn new(trace: Trace) -> Result<Self, ReplayError> {
+        let scheduler = Scheduler::new(trace.config.clone()).map_err(|e| ReplayError(format!("config.{e}")))?;
+        let mut arrivals: Vec<(u64, usize)> = trace
+            .requests
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (r.arrival_step, i))
+            .collect();
+        arrivals.sort_by_key(|&(step, i)| (step, i));
+        let mut aborts_by_step: HashMap<u64, Vec<String>> = HashMap::new();
+        for a in &trace.aborts {
+            aborts_by_step.entry(a.step).or_default().push(a.id.clone());
+        }
+        let outputs = trace
+            .requests
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (r.id.clone(), i))
+            .collect();
+        Ok(Replayer {
+            last_arrival: arrivals.last().map(|&(s, _)| s),
+            arrivals,
+            next_arrival: 0,
+            aborts_by_step,
+            step: 0,
+            scheduler,
+            trace,
+            outputs,
+        })
+    }
+
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.scheduler
+    }
+
+    /// Whether another step would run (work remains and `max_steps` allows).
+    pub fn has_next(&self) -> bool {
+        if self.step >= self.trace.max_steps {
+            return false;
+        }
+        let all_arrived = self.last_arrival.is_none_or(|last| self.step > last);
+        !(all_arrived && self.scheduler.ids.is_empty())
+    }
+
+    /// Runs one step. Builds its record when `record` is set; fills `timing`
+    /// with the wall time of `schedule()` and `update_from_output()`.
+    pub fn step(&mut self, record: bool, timing: Option<&mut StepTiming>) -> Result<Option<StepRecord>, ReplayError> {
+        let step = self.step;
+        let mut finished: Vec<(RequestId, FinishReason)> = Vec::new();
+
+        while let Some(&(arrival, idx)) = self.arrivals.get(self.next_arrival) {
+            if arrival != step {
+                break;
+            }
+            self.next_arrival += 1;
+            let r = &self.trace.requests[idx];
+            let new = NewRequest {
+                id: r.id.as_str().into(),
+                prompt_token_ids: r.prompt.clone(),
+                sampling_params: Arc::new(sampling_params(r)),
+                priority: r.priority,
+                // Arrival order is (arrival step, listed order).
+                arrival_time: arrival as f64 * 1_000_000.0 + idx as f64,
+                cache_salt: None,
+                needs_grammar: false,
+            };
+            self.scheduler
+                .add_request(new)
+                .map_err(|e| ReplayError(format!("requests[{idx}].{e}")))?;
+        }
+        if let Some(ids) = self.aborts_by_step.get(&step) {
+            for id in ids {
+                for done in self.scheduler.finish_requests(&[id], RequestStatus::FinishedAborted) {
+                    finished.push((done, FinishReason::Abort));
+                }
+            }
+        }
+
+        let t0 = Instant::now();
+        let out = self.scheduler.schedule();
+        let t1 = Instant::now();
+        let runner_out = self.scripted_model(&out)?;
+        let t2 = Instant::now();
+        let engine_outs = self.scheduler.update_from_output(&out, &runner_out);
+        let t3 = Instant::now();
+        if let Some(t) = timing {
+            *t = StepTiming {
+                step,
+                schedule_ns: (t1 - t0).as_nanos() as u64,
+                update_ns: (t3 - t2).as_nanos() as u64,
+                num_scheduled_reqs: out.num_scheduled_tokens.len(),
+            };
+        }
+        for o in &engine_outs {
+            if let Some(reason) = o.finish_reason {
+                finished.push((o.req_id.clone(), reason));
+            }
+        }
+        self.step += 1;
+        Ok(record.then(|| self.record(step, &out, finished)))
+    }
+
+    /// The scripted model: a request whose computed tokens (after this
+    /// step's) reach all its known tokens samples its next scripted output.
+    fn scripted_model(&self, out: &SchedulerOutput) -> Result<ModelRunnerOutput, ReplayError> {
+        let mut mro = ModelRunnerOutput::with_capacity(out.num_scheduled_tokens.len());
+        for s in &out.num_scheduled_tokens {
+            let req = self
+                .scheduler
+                .request(s.handle)
+                .ok_or_else(|| ReplayError(format!("scheduled request {} is gone", s.req_id)))?;
+            if req.num_computed_tokens() >= req.num_tokens() {
+                let k = req.num_output_tokens();
+                let script = &self.trace.requests[self.outputs[&*s.req_id]].output;
+                let Some(&tok) = script.get(k) else {
+                    return Err(ReplayError(format!(
+                        "request {} needs output[{k}] but only {} outputs are scripted",
+                        s.req_id,
+                        script.len()
+                    )));
+                };
+                mro.push(&[tok]);
+            } else {
+                mro.push(&[]);
+            }
+        }
+        Ok(mro)
+    }
+
+    fn record(&self, step: u64, out: &SchedulerOutput, finished: Vec<(RequestId, FinishReason)>) -> StepRecord {
+        let b = self.scheduler.config.block_size;
+        let mut rec = StepRecord {
+            step,
+            scheduled: out
+                .num_scheduled_tokens
+                .iter()
+                .map(|s| (s.req_id.clone(), s.num_tokens))
+                .collect(),
+            preempted: out.preempted_req_ids.clone(),
+            finished,
+            free_blocks: self.scheduler.kv.num_free_blocks(),
+            ..StepRecord::default()
+        };
+        for n in &out.scheduled_new_reqs {
+            rec.new.push(n.req_id.clone());
+            rec.cached_tokens.push((n.req_id.clone(), n.num_computed_tokens));
+            let fresh = &n.block_ids[n.num_computed_tokens / b..];
+            if !fresh.is_empty() {
+                rec.new_blocks.push((n.req_id.clone(), fresh.to_vec()));
+            }
+        }
+        let cached = &out.scheduled_cached_reqs;
+        for (i, c) in cached.reqs.iter().enumerate() {
+            let mut blocks = cached.new_block_ids(i).unwrap_or(&[]);
+            if c.resumed {
+                rec.resumed.push(c.req_id.clone());
+                rec.cached_tokens.push((c.req_id.clone(), c.num_computed_tokens));
+                blocks = blocks.get(c.num_computed_tokens / b..).unwrap_or(&[]);
+            }
+            if !blocks.is_empty() {
+                rec.new_blocks.push((c.req_id.clone(), blocks.to_vec()));
+            }
+        }
+        rec
+    }
+}
+
+/// Replays a whole trace, returning its decision log.
+pub fn replay(trace: Trace) -> Result<Vec<StepRecord>, ReplayError> {
+    let mut r = Replayer::new(trace)?;
+    let mut log = Vec::new();
+    while r.has_next() {
+        if let Some(rec) = r.step(true, None)? {
+            log.push(rec);
+        }
+    }
+    Ok(log)
+}
