@@ -29,7 +29,10 @@ pub struct BlockPool {
 impl BlockPool {
     /// A pool of `num_blocks` blocks, null block included.
     pub fn new(num_blocks: usize, enable_caching: bool) -> Self {
-        assert!(num_blocks >= 1, "a block pool needs at least the null block");
+        assert!(
+            num_blocks >= 1,
+            "a block pool needs at least the null block"
+        );
         BlockPool {
             num_blocks,
             enable_caching,
@@ -83,7 +86,10 @@ impl BlockPool {
     /// Pops `n` blocks from the free head into `out`, evicting any cached hash
     /// they carry. The caller has checked `n <= num_free_blocks()`.
     pub fn get_new_blocks(&mut self, n: usize, out: &mut Vec<BlockId>) {
-        assert!(n <= self.free.len(), "cannot get {n} free blocks from the pool");
+        assert!(
+            n <= self.free.len(),
+            "cannot get {n} free blocks from the pool"
+        );
         for _ in 0..n {
             let Some(b) = self.free.pop_front() else {
                 unreachable!("free queue shorter than its count");
@@ -202,7 +208,8 @@ impl BlockPool {
                 }
             }
         }
-        if !self.enable_caching && (!self.cached.is_empty() || self.hash.iter().any(Option::is_some))
+        if !self.enable_caching
+            && (!self.cached.is_empty() || self.hash.iter().any(Option::is_some))
         {
             return Err("caching is off but a block carries a hash".into());
         }

@@ -128,7 +128,10 @@ impl SchedulerConfig {
             return err("max_model_len", "must be at least 2");
         }
         if !(0.0..1.0).contains(&self.watermark) {
-            return err("watermark", format!("must be in [0, 1), got {}", self.watermark));
+            return err(
+                "watermark",
+                format!("must be in [0, 1), got {}", self.watermark),
+            );
         }
         Ok(())
     }
@@ -206,7 +209,10 @@ mod tests {
 
     #[test]
     fn policy_parses() {
-        assert_eq!("priority".parse::<SchedulingPolicy>(), Ok(SchedulingPolicy::Priority));
+        assert_eq!(
+            "priority".parse::<SchedulingPolicy>(),
+            Ok(SchedulingPolicy::Priority)
+        );
         assert!("lifo".parse::<SchedulingPolicy>().is_err());
     }
 }

@@ -69,7 +69,10 @@ impl FreeBlockQueue {
     pub fn remove(&mut self, block: BlockId) {
         let b = block as usize;
         let (p, n) = (self.prev[b], self.next[b]);
-        debug_assert!(p != NONE && n != NONE, "block {block} is not in the free queue");
+        debug_assert!(
+            p != NONE && n != NONE,
+            "block {block} is not in the free queue"
+        );
         self.next[p as usize] = n;
         self.prev[n as usize] = p;
         self.prev[b] = NONE;
@@ -101,7 +104,10 @@ impl FreeBlockQueue {
 
     fn link_between(&mut self, block: BlockId, before: u32, after: u32) {
         let b = block as usize;
-        debug_assert!(self.next[b] == NONE, "block {block} is already in the free queue");
+        debug_assert!(
+            self.next[b] == NONE,
+            "block {block} is already in the free queue"
+        );
         self.prev[b] = before;
         self.next[b] = after;
         self.next[before as usize] = block;
@@ -128,7 +134,11 @@ impl FreeBlockQueue {
     pub fn check_consistency(&self) -> Result<(), String> {
         let forward: Vec<BlockId> = self.iter().collect();
         if forward.len() != self.len {
-            return Err(format!("forward walk {} != len {}", forward.len(), self.len));
+            return Err(format!(
+                "forward walk {} != len {}",
+                forward.len(),
+                self.len
+            ));
         }
         let mut backward = Vec::with_capacity(self.len);
         let mut cur = self.prev[self.tail as usize];

@@ -33,53 +33,113 @@ pub fn check_state(s: &Scheduler, phase: Phase) -> Result<(), String> {
     for &slot in &s.running {
         ensure!(seen.insert(slot), "slot {slot} twice in running");
         let r = s.req(slot);
-        ensure!(r.status == RequestStatus::Running, "{} in running with status {:?}", r.id, r.status);
+        ensure!(
+            r.status == RequestStatus::Running,
+            "{} in running with status {:?}",
+            r.id,
+            r.status
+        );
     }
     for slot in s.waiting.iter() {
-        ensure!(seen.insert(slot), "slot {slot} in running and waiting, or twice in waiting");
+        ensure!(
+            seen.insert(slot),
+            "slot {slot} in running and waiting, or twice in waiting"
+        );
         let r = s.req(slot);
         ensure!(
-            matches!(r.status, RequestStatus::Waiting | RequestStatus::Preempted) || r.status.is_blocked(),
+            matches!(r.status, RequestStatus::Waiting | RequestStatus::Preempted)
+                || r.status.is_blocked(),
             "{} waiting with status {:?}",
             r.id,
             r.status
         );
-        ensure!(r.num_computed_tokens == 0, "waiting {} has computed tokens", r.id);
-        ensure!(s.kv.block_ids(slot as usize).is_empty(), "waiting {} holds blocks", r.id);
+        ensure!(
+            r.num_computed_tokens == 0,
+            "waiting {} has computed tokens",
+            r.id
+        );
+        ensure!(
+            s.kv.block_ids(slot as usize).is_empty(),
+            "waiting {} holds blocks",
+            r.id
+        );
     }
-    ensure!(seen.len() == s.ids.len(), "{} live requests but {} queued", s.ids.len(), seen.len());
+    ensure!(
+        seen.len() == s.ids.len(),
+        "{} live requests but {} queued",
+        s.ids.len(),
+        seen.len()
+    );
     for d in &s.deferred_waiting {
-        ensure!(s.waiting.iter().any(|w| w == *d), "deferred slot {d} is not waiting");
+        ensure!(
+            s.waiting.iter().any(|w| w == *d),
+            "deferred slot {d} is not waiting"
+        );
     }
-    ensure!(s.running.len() <= cfg.max_num_seqs, "running {} > max_num_seqs", s.running.len());
-    ensure!(s.finished_req_ids.iter().all(|id| !s.ids.contains_key(id)), "a finished id is live");
+    ensure!(
+        s.running.len() <= cfg.max_num_seqs,
+        "running {} > max_num_seqs",
+        s.running.len()
+    );
+    ensure!(
+        s.finished_req_ids.iter().all(|id| !s.ids.contains_key(id)),
+        "a finished id is live"
+    );
 
     for (id, &slot) in &s.ids {
         let r = s.req(slot);
         ensure!(&r.id == id, "id map points {id} at {}", r.id);
         ensure!(!r.is_finished(), "finished request {id} still live");
-        ensure!(r.num_computed_tokens <= r.num_tokens_with_spec(), "{id}: computed past known tokens");
-        ensure!(r.num_tokens() == r.num_prompt_tokens + r.num_output_tokens(), "{id}: token count");
-        ensure!(r.num_output_tokens() <= r.max_tokens(), "{id}: more outputs than max_tokens");
-        ensure!(r.num_tokens() < cfg.max_model_len, "{id}: reached max_model_len unfinished");
+        ensure!(
+            r.num_computed_tokens <= r.num_tokens_with_spec(),
+            "{id}: computed past known tokens"
+        );
+        ensure!(
+            r.num_tokens() == r.num_prompt_tokens + r.num_output_tokens(),
+            "{id}: token count"
+        );
+        ensure!(
+            r.num_output_tokens() <= r.max_tokens(),
+            "{id}: more outputs than max_tokens"
+        );
+        ensure!(
+            r.num_tokens() < cfg.max_model_len,
+            "{id}: reached max_model_len unfinished"
+        );
         let table = s.kv.block_ids(slot as usize);
         ensure!(!table.contains(&NULL_BLOCK), "{id}: null block in a table");
         if r.status == RequestStatus::Running {
-            if phase == Phase::AfterSchedule && r.spec_token_ids.is_empty() && cfg.num_lookahead_tokens == 0 {
+            if phase == Phase::AfterSchedule
+                && r.spec_token_ids.is_empty()
+                && cfg.num_lookahead_tokens == 0
+            {
                 let want = r.num_computed_tokens.min(cfg.max_model_len).div_ceil(b);
-                ensure!(table.len() == want, "{id}: table has {} blocks, want {want}", table.len());
+                ensure!(
+                    table.len() == want,
+                    "{id}: table has {} blocks, want {want}",
+                    table.len()
+                );
             }
             if phase == Phase::AfterUpdate && r.spec_token_ids.is_empty() {
-                ensure!(r.num_computed_tokens < r.num_tokens(), "{id}: nothing left to compute");
+                ensure!(
+                    r.num_computed_tokens < r.num_tokens(),
+                    "{id}: nothing left to compute"
+                );
                 if !r.is_prefill_chunk {
-                    ensure!(r.num_computed_tokens == r.num_tokens() - 1, "{id}: decode gap is not 1");
+                    ensure!(
+                        r.num_computed_tokens == r.num_tokens() - 1,
+                        "{id}: decode gap is not 1"
+                    );
                 }
             }
         }
         if let Some(h) = s.kv.hasher() {
             let _ = h;
             let cached = s.kv.num_cached_blocks(slot as usize);
-            ensure!(cached <= r.block_hashes.len(), "{id}: cached count past its hashes");
+            ensure!(
+                cached <= r.block_hashes.len(),
+                "{id}: cached count past its hashes"
+            );
             for i in 0..cached {
                 ensure!(
                     s.kv.pool().block_hash(table[i]) == Some(&r.block_hashes[i]),
@@ -100,7 +160,11 @@ pub fn check_state(s: &Scheduler, phase: Phase) -> Result<(), String> {
     }
     for blk in 1..pool.num_blocks() as u32 {
         let want = refs.get(&blk).copied().unwrap_or(0);
-        ensure!(pool.ref_cnt(blk) == want, "block {blk}: ref_cnt {} but {want} tables", pool.ref_cnt(blk));
+        ensure!(
+            pool.ref_cnt(blk) == want,
+            "block {blk}: ref_cnt {} but {want} tables",
+            pool.ref_cnt(blk)
+        );
     }
     ensure!(
         pool.num_free_blocks() + refs.len() == pool.num_blocks() - 1,
@@ -112,44 +176,94 @@ pub fn check_state(s: &Scheduler, phase: Phase) -> Result<(), String> {
     let usage = pool.usage();
     ensure!((0.0..=1.0).contains(&usage), "usage {usage} out of range");
     if phase == Phase::AfterSchedule {
-        ensure!(s.finished_req_ids.is_empty(), "finished ids not handed over");
+        ensure!(
+            s.finished_req_ids.is_empty(),
+            "finished ids not handed over"
+        );
     }
     Ok(())
 }
 
 /// Per-step limits of one `schedule()` output, against the state right after.
-pub fn check_output(s: &Scheduler, out: &SchedulerOutput, num_reqs_at_start: usize) -> Result<(), String> {
+pub fn check_output(
+    s: &Scheduler,
+    out: &SchedulerOutput,
+    num_reqs_at_start: usize,
+) -> Result<(), String> {
     let cfg = &s.config;
     let total: usize = out.num_scheduled_tokens.iter().map(|e| e.num_tokens).sum();
-    ensure!(total == out.total_num_scheduled_tokens, "total does not match entries");
-    ensure!(total <= cfg.max_num_scheduled_tokens(), "scheduled {total} past the budget");
-    ensure!(out.num_scheduled_tokens.iter().all(|e| e.num_tokens > 0), "a zero entry");
-    ensure!(out.num_scheduled_tokens.len() <= s.running.len(), "more scheduled than running");
+    ensure!(
+        total == out.total_num_scheduled_tokens,
+        "total does not match entries"
+    );
+    ensure!(
+        total <= cfg.max_num_scheduled_tokens(),
+        "scheduled {total} past the budget"
+    );
+    ensure!(
+        out.num_scheduled_tokens.iter().all(|e| e.num_tokens > 0),
+        "a zero entry"
+    );
+    ensure!(
+        out.num_scheduled_tokens.len() <= s.running.len(),
+        "more scheduled than running"
+    );
     let mut ids = HashSet::new();
     for e in &out.num_scheduled_tokens {
         ensure!(ids.insert(e.req_id.clone()), "{} scheduled twice", e.req_id);
-        let r = s.request(e.handle).ok_or_else(|| format!("{} not live", e.req_id))?;
-        ensure!(r.status == RequestStatus::Running, "{} scheduled but not running", e.req_id);
-        if cfg.long_prefill_token_threshold > 0 && num_reqs_at_start >= 2 && out.scheduled_spec_decode_tokens.is_empty() {
-            ensure!(e.num_tokens <= cfg.long_prefill_token_threshold, "{} over the threshold", e.req_id);
+        let r = s
+            .request(e.handle)
+            .ok_or_else(|| format!("{} not live", e.req_id))?;
+        ensure!(
+            r.status == RequestStatus::Running,
+            "{} scheduled but not running",
+            e.req_id
+        );
+        if cfg.long_prefill_token_threshold > 0
+            && num_reqs_at_start >= 2
+            && out.scheduled_spec_decode_tokens.is_empty()
+        {
+            ensure!(
+                e.num_tokens <= cfg.long_prefill_token_threshold,
+                "{} over the threshold",
+                e.req_id
+            );
         }
     }
     if !out.preempted_req_ids.is_empty() {
-        ensure!(out.scheduled_new_reqs.is_empty(), "admitted in a step that preempted");
-        ensure!(!out.scheduled_cached_reqs.reqs.iter().any(|c| c.resumed), "resumed in a step that preempted");
+        ensure!(
+            out.scheduled_new_reqs.is_empty(),
+            "admitted in a step that preempted"
+        );
+        ensure!(
+            !out.scheduled_cached_reqs.reqs.iter().any(|c| c.resumed),
+            "resumed in a step that preempted"
+        );
     }
     for p in &out.preempted_req_ids {
         ensure!(!ids.contains(p), "{p} both scheduled and preempted");
     }
     for n in &out.scheduled_new_reqs {
-        ensure!(n.num_computed_tokens % cfg.block_size == 0, "{}: hit not block-aligned", n.req_id);
+        ensure!(
+            n.num_computed_tokens % cfg.block_size == 0,
+            "{}: hit not block-aligned",
+            n.req_id
+        );
         if !cfg.enable_prefix_caching {
-            ensure!(n.num_computed_tokens == 0, "{}: hit with caching off", n.req_id);
+            ensure!(
+                n.num_computed_tokens == 0,
+                "{}: hit with caching off",
+                n.req_id
+            );
         }
     }
     for (i, c) in out.scheduled_cached_reqs.reqs.iter().enumerate() {
         if let Some(blocks) = out.scheduled_cached_reqs.new_block_ids(i) {
-            ensure!(!blocks.is_empty(), "{}: empty new_block_ids instead of None", c.req_id);
+            ensure!(
+                !blocks.is_empty(),
+                "{}: empty new_block_ids instead of None",
+                c.req_id
+            );
         }
     }
     Ok(())

@@ -133,8 +133,10 @@ impl KvCacheManager {
         let held = self.block_ids(slot).len();
         let total_computed = (req.num_computed_tokens + hit_tokens).min(self.max_model_len);
         let watermark = if has_scheduled_reqs
-            && matches!(req.status, RequestStatus::Waiting | RequestStatus::Preempted)
-        {
+            && matches!(
+                req.status,
+                RequestStatus::Waiting | RequestStatus::Preempted
+            ) {
             self.watermark_blocks
         } else {
             0

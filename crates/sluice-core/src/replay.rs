@@ -47,7 +47,11 @@ fn push_ids(out: &mut String, ids: &[RequestId]) {
     out.push(']');
 }
 
-fn push_map<V>(out: &mut String, entries: &[(RequestId, V)], mut value: impl FnMut(&mut String, &V)) {
+fn push_map<V>(
+    out: &mut String,
+    entries: &[(RequestId, V)],
+    mut value: impl FnMut(&mut String, &V),
+) {
     out.push('{');
     for (i, (id, v)) in entries.iter().enumerate() {
         if i > 0 {
@@ -82,7 +86,11 @@ impl StepRecord {
         push_map(&mut o, &self.finished, |o, r| {
             push_str(o, r.as_str());
         });
-        let _ = write!(o, ", \"free_blocks\": {}, \"new_blocks\": ", self.free_blocks);
+        let _ = write!(
+            o,
+            ", \"free_blocks\": {}, \"new_blocks\": ",
+            self.free_blocks
+        );
         push_map(&mut o, &self.new_blocks, |o, blocks| {
             o.push('[');
             for (i, b) in blocks.iter().enumerate() {
@@ -148,7 +156,8 @@ fn sampling_params(r: &TraceRequest) -> SamplingParams {
 
 impl Replayer {
     pub fn new(trace: Trace) -> Result<Self, ReplayError> {
-        let scheduler = Scheduler::new(trace.config.clone()).map_err(|e| ReplayError(format!("config.{e}")))?;
+        let scheduler =
+            Scheduler::new(trace.config.clone()).map_err(|e| ReplayError(format!("config.{e}")))?;
         let mut arrivals: Vec<(u64, usize)> = trace
             .requests
             .iter()
@@ -193,7 +202,11 @@ impl Replayer {
 
     /// Runs one step. Builds its record when `record` is set; fills `timing`
     /// with the wall time of `schedule()` and `update_from_output()`.
-    pub fn step(&mut self, record: bool, timing: Option<&mut StepTiming>) -> Result<Option<StepRecord>, ReplayError> {
+    pub fn step(
+        &mut self,
+        record: bool,
+        timing: Option<&mut StepTiming>,
+    ) -> Result<Option<StepRecord>, ReplayError> {
         let step = self.step;
         let mut finished: Vec<(RequestId, FinishReason)> = Vec::new();
 
@@ -219,7 +232,10 @@ impl Replayer {
         }
         if let Some(ids) = self.aborts_by_step.get(&step) {
             for id in ids {
-                for done in self.scheduler.finish_requests(&[id], RequestStatus::FinishedAborted) {
+                for done in self
+                    .scheduler
+                    .finish_requests(&[id], RequestStatus::FinishedAborted)
+                {
                     finished.push((done, FinishReason::Abort));
                 }
             }
@@ -276,7 +292,12 @@ impl Replayer {
         Ok(mro)
     }
 
-    fn record(&self, step: u64, out: &SchedulerOutput, finished: Vec<(RequestId, FinishReason)>) -> StepRecord {
+    fn record(
+        &self,
+        step: u64,
+        out: &SchedulerOutput,
+        finished: Vec<(RequestId, FinishReason)>,
+    ) -> StepRecord {
         let b = self.scheduler.config.block_size;
         let mut rec = StepRecord {
             step,
@@ -292,7 +313,8 @@ impl Replayer {
         };
         for n in &out.scheduled_new_reqs {
             rec.new.push(n.req_id.clone());
-            rec.cached_tokens.push((n.req_id.clone(), n.num_computed_tokens));
+            rec.cached_tokens
+                .push((n.req_id.clone(), n.num_computed_tokens));
             let fresh = &n.block_ids[n.num_computed_tokens / b..];
             if !fresh.is_empty() {
                 rec.new_blocks.push((n.req_id.clone(), fresh.to_vec()));
@@ -303,7 +325,8 @@ impl Replayer {
             let mut blocks = cached.new_block_ids(i).unwrap_or(&[]);
             if c.resumed {
                 rec.resumed.push(c.req_id.clone());
-                rec.cached_tokens.push((c.req_id.clone(), c.num_computed_tokens));
+                rec.cached_tokens
+                    .push((c.req_id.clone(), c.num_computed_tokens));
                 blocks = blocks.get(c.num_computed_tokens / b..).unwrap_or(&[]);
             }
             if !blocks.is_empty() {

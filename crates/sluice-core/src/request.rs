@@ -174,7 +174,11 @@ impl Request {
             num_cached_tokens: None,
         };
         if let Some(h) = hasher {
-            h.extend(&r.all_token_ids, r.cache_salt.as_deref(), &mut r.block_hashes);
+            h.extend(
+                &r.all_token_ids,
+                r.cache_salt.as_deref(),
+                &mut r.block_hashes,
+            );
         }
         r
     }
@@ -250,7 +254,11 @@ impl Request {
     pub(crate) fn append_output_token(&mut self, token: TokenId, hasher: Option<&BlockHasher>) {
         self.all_token_ids.push(token);
         if let Some(h) = hasher {
-            h.extend(&self.all_token_ids, self.cache_salt.as_deref(), &mut self.block_hashes);
+            h.extend(
+                &self.all_token_ids,
+                self.cache_salt.as_deref(),
+                &mut self.block_hashes,
+            );
         }
     }
 
@@ -294,7 +302,10 @@ mod tests {
         assert!(!RequestStatus::Running.is_finished());
         assert!(RequestStatus::FinishedStopped.is_finished());
         assert!(RequestStatus::FinishedRepetition.is_finished());
-        assert_eq!(RequestStatus::FinishedIgnored.finish_reason(), Some(FinishReason::Length));
+        assert_eq!(
+            RequestStatus::FinishedIgnored.finish_reason(),
+            Some(FinishReason::Length)
+        );
         assert_eq!(RequestStatus::Waiting.finish_reason(), None);
     }
 

@@ -170,11 +170,17 @@ impl SamplingParams {
         if !(self.repetition_penalty > 0.0 && self.repetition_penalty.is_finite()) {
             return fail(
                 "repetition_penalty",
-                format!("must be a finite number > 0, got {}", self.repetition_penalty),
+                format!(
+                    "must be a finite number > 0, got {}",
+                    self.repetition_penalty
+                ),
             );
         }
         if let Some((id, b)) = self.logit_bias.iter().find(|(_, b)| !b.is_finite()) {
-            return fail("logit_bias", format!("bias for token {id} is not finite ({b})"));
+            return fail(
+                "logit_bias",
+                format!("bias for token {id} is not finite ({b})"),
+            );
         }
         Ok(())
     }

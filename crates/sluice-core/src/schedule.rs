@@ -15,7 +15,9 @@
 //!    `num_computed_tokens` advances optimistically by its tokens.
 
 use crate::config::SchedulingPolicy;
-use crate::output::{CachedRequestData, NewRequestData, ReqHandle, ScheduledRequest, SchedulerOutput};
+use crate::output::{
+    CachedRequestData, NewRequestData, ReqHandle, ScheduledRequest, SchedulerOutput,
+};
 use crate::request::{BlockId, RequestStatus, TokenId};
 use crate::scheduler::{PauseState, Scheduler};
 use std::collections::VecDeque;
@@ -86,9 +88,9 @@ impl Scheduler {
 
             let new_blocks = loop {
                 let req = self.slots[slot as usize].req.as_ref().expect("live slot");
-                if let Some(k) = self
-                    .kv
-                    .allocate_slots(slot as usize, req, n, 0, &[], lookahead, false, true)
+                if let Some(k) =
+                    self.kv
+                        .allocate_slots(slot as usize, req, n, 0, &[], lookahead, false, true)
                 {
                     break Some(k);
                 }
@@ -294,7 +296,9 @@ impl Scheduler {
             .collect();
 
         let mut cached = CachedRequestData::default();
-        cached.reqs.reserve(s.running_scheduled.len() + s.resumed_reqs.len());
+        cached
+            .reqs
+            .reserve(s.running_scheduled.len() + s.resumed_reqs.len());
         for &(slot, fresh) in &s.running_scheduled {
             let req = self.req(slot);
             let table = self.kv.block_ids(slot as usize);

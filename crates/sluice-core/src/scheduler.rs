@@ -155,7 +155,10 @@ impl Scheduler {
         ids: &[S],
         status: RequestStatus,
     ) -> Vec<RequestId> {
-        assert!(status.is_finished(), "finish_requests needs a finished status");
+        assert!(
+            status.is_finished(),
+            "finish_requests needs a finished status"
+        );
         let mut done = Vec::new();
         for id in ids {
             let Some(&slot) = self.ids.get(id.as_ref()) else {
@@ -247,12 +250,18 @@ impl Scheduler {
 
     /// Ids of the running requests, in running order.
     pub fn running_ids(&self) -> Vec<RequestId> {
-        self.running.iter().map(|&s| self.req(s).id.clone()).collect()
+        self.running
+            .iter()
+            .map(|&s| self.req(s).id.clone())
+            .collect()
     }
 
     /// Ids of the waiting requests, in queue order.
     pub fn waiting_ids(&self) -> Vec<RequestId> {
-        self.waiting.iter().map(|s| self.req(s).id.clone()).collect()
+        self.waiting
+            .iter()
+            .map(|s| self.req(s).id.clone())
+            .collect()
     }
 
     /// (running, waiting) counts.

@@ -99,10 +99,14 @@ impl<'a> Obj<'a> {
     fn uint(&self, key: &str, default: Option<u64>) -> Result<u64, TraceError> {
         match self.get(key) {
             None if default.is_some() => Ok(default.unwrap_or_default()),
-            None => fail(self.field_path(key), "missing (expected a non-negative integer)"),
-            Some(v) => v
-                .as_u64()
-                .map_or_else(|| fail(self.field_path(key), "expected a non-negative integer"), Ok),
+            None => fail(
+                self.field_path(key),
+                "missing (expected a non-negative integer)",
+            ),
+            Some(v) => v.as_u64().map_or_else(
+                || fail(self.field_path(key), "expected a non-negative integer"),
+                Ok,
+            ),
         }
     }
 
@@ -138,10 +142,15 @@ impl<'a> Obj<'a> {
         };
         arr.iter()
             .enumerate()
-            .map(|(i, t)| match t.as_u64().and_then(|t| u32::try_from(t).ok()) {
-                Some(t) => Ok(t),
-                None => fail(format!("{path}[{i}]"), "expected a token id (an integer in 0..2^32)"),
-            })
+            .map(
+                |(i, t)| match t.as_u64().and_then(|t| u32::try_from(t).ok()) {
+                    Some(t) => Ok(t),
+                    None => fail(
+                        format!("{path}[{i}]"),
+                        "expected a token id (an integer in 0..2^32)",
+                    ),
+                },
+            )
             .collect()
     }
 
@@ -182,12 +191,10 @@ impl Trace {
         let c = Obj::new("config", cfg_value)?;
         let policy = match c.get("policy") {
             None => SchedulingPolicy::Fcfs,
-            Some(Value::String(s)) => s
-                .parse()
-                .map_err(|m: String| TraceError {
-                    path: "config.policy".into(),
-                    message: m,
-                })?,
+            Some(Value::String(s)) => s.parse().map_err(|m: String| TraceError {
+                path: "config.policy".into(),
+                message: m,
+            })?,
             Some(_) => return fail("config.policy", "expected \"fcfs\" or \"priority\""),
         };
         let config = SchedulerConfig {
@@ -199,17 +206,21 @@ impl Trace {
             max_model_len: usize_of(c.uint("max_model_len", None)?),
             enable_chunked_prefill: c.boolean("enable_chunked_prefill", false)?,
             enable_prefix_caching: c.boolean("enable_prefix_caching", false)?,
-            long_prefill_token_threshold: usize_of(c.uint("long_prefill_token_threshold", Some(0))?),
+            long_prefill_token_threshold: usize_of(
+                c.uint("long_prefill_token_threshold", Some(0))?,
+            ),
             policy,
             reserve_full_sequence: true,
             num_lookahead_tokens: 0,
             prefix_caching_hash_algo: HashAlgo::Sha256,
             watermark: 0.0,
         };
-        config.validate_basic().map_err(|e: FieldError| TraceError {
-            path: format!("config.{}", e.field),
-            message: e.message,
-        })?;
+        config
+            .validate_basic()
+            .map_err(|e: FieldError| TraceError {
+                path: format!("config.{}", e.field),
+                message: e.message,
+            })?;
 
         let requests = match top.get("requests") {
             None => Vec::new(),
@@ -223,7 +234,10 @@ impl Trace {
         let mut seen = HashSet::new();
         for (i, r) in requests.iter().enumerate() {
             if !seen.insert(r.id.as_str()) {
-                return fail(format!("requests[{i}].id"), format!("duplicate request id {:?}", r.id));
+                return fail(
+                    format!("requests[{i}].id"),
+                    format!("duplicate request id {:?}", r.id),
+                );
             }
         }
 
@@ -277,7 +291,10 @@ fn parse_request(i: usize, v: &Value, cfg: &SchedulerConfig) -> Result<TraceRequ
     if output.len() < max_tokens {
         return fail(
             r.field_path("output"),
-            format!("holds {} tokens, fewer than max_tokens ({max_tokens})", output.len()),
+            format!(
+                "holds {} tokens, fewer than max_tokens ({max_tokens})",
+                output.len()
+            ),
         );
     }
     let min_tokens = usize_of(r.uint("min_tokens", Some(0))?);
@@ -335,16 +352,37 @@ mod tests {
     #[test]
     fn errors_name_the_field() {
         let cases = [
-            (r#"{"id": "a", "prompt": "hi", "output": [1]}"#, "requests[0].prompt: expected an array of token ids"),
-            (r#"{"id": "a", "prompt": [], "output": [1]}"#, "requests[0].prompt: the prompt is empty"),
-            (r#"{"id": "a", "prompt": [1, -2], "output": [1]}"#, "requests[0].prompt[1]: expected a token id"),
-            (r#"{"id": "a", "prompt": [1], "output": [1], "max_tokens": 3}"#, "requests[0].output: holds 1 tokens"),
-            (r#"{"id": "a", "prompt": [1], "output": [1], "ignore_eos": 1}"#, "requests[0].ignore_eos: expected true or false"),
-            (r#"{"prompt": [1], "output": [1]}"#, "requests[0].id: missing"),
+            (
+                r#"{"id": "a", "prompt": "hi", "output": [1]}"#,
+                "requests[0].prompt: expected an array of token ids",
+            ),
+            (
+                r#"{"id": "a", "prompt": [], "output": [1]}"#,
+                "requests[0].prompt: the prompt is empty",
+            ),
+            (
+                r#"{"id": "a", "prompt": [1, -2], "output": [1]}"#,
+                "requests[0].prompt[1]: expected a token id",
+            ),
+            (
+                r#"{"id": "a", "prompt": [1], "output": [1], "max_tokens": 3}"#,
+                "requests[0].output: holds 1 tokens",
+            ),
+            (
+                r#"{"id": "a", "prompt": [1], "output": [1], "ignore_eos": 1}"#,
+                "requests[0].ignore_eos: expected true or false",
+            ),
+            (
+                r#"{"prompt": [1], "output": [1]}"#,
+                "requests[0].id: missing",
+            ),
         ];
         for (req, want) in cases {
             let got = err(&format!(r#"{{{CFG}, "requests": [{req}]}}"#));
-            assert!(got.starts_with(want), "{got:?} does not start with {want:?}");
+            assert!(
+                got.starts_with(want),
+                "{got:?} does not start with {want:?}"
+            );
         }
         let dup = err(&format!(
             r#"{{{CFG}, "requests": [{{"id": "a", "prompt": [1], "output": [1]}}, {{"id": "a", "prompt": [1], "output": [1]}}]}}"#

@@ -105,8 +105,7 @@ impl Scheduler {
 
         if stopped_running > 0 {
             let slots = &self.slots;
-            self.running
-                .retain(|&s| slots[s as usize].req.is_some());
+            self.running.retain(|&s| slots[s as usize].req.is_some());
         }
         outputs
     }

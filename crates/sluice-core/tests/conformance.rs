@@ -14,8 +14,10 @@ fn data_dir() -> PathBuf {
 /// Replays `name` and returns the first difference from its golden log.
 fn compare(name: &str) -> Result<usize, String> {
     let dir = data_dir();
-    let text = std::fs::read_to_string(dir.join(format!("{name}.trace.json"))).map_err(|e| e.to_string())?;
-    let golden = std::fs::read_to_string(dir.join(format!("{name}.vllm.jsonl"))).map_err(|e| e.to_string())?;
+    let text = std::fs::read_to_string(dir.join(format!("{name}.trace.json")))
+        .map_err(|e| e.to_string())?;
+    let golden = std::fs::read_to_string(dir.join(format!("{name}.vllm.jsonl")))
+        .map_err(|e| e.to_string())?;
     let trace = Trace::from_json(&text).map_err(|e| e.to_string())?;
     let log = replay(trace).map_err(|e| e.to_string())?;
     let want: Vec<Value> = golden
@@ -26,11 +28,17 @@ fn compare(name: &str) -> Result<usize, String> {
     for (i, (rec, exp)) in log.iter().zip(&want).enumerate() {
         let got: Value = serde_json::from_str(&rec.to_json()).expect("our line is JSON");
         if &got != exp {
-            return Err(format!("{name}: step {i} differs\n  vllm:   {exp}\n  sluice: {got}"));
+            return Err(format!(
+                "{name}: step {i} differs\n  vllm:   {exp}\n  sluice: {got}"
+            ));
         }
     }
     if log.len() != want.len() {
-        return Err(format!("{name}: {} steps, vLLM has {}", log.len(), want.len()));
+        return Err(format!(
+            "{name}: {} steps, vLLM has {}",
+            log.len(),
+            want.len()
+        ));
     }
     Ok(want.len())
 }
@@ -50,7 +58,11 @@ fn golden_names() -> Vec<String> {
 #[test]
 fn every_golden_trace_replays_block_equivalent() {
     let names = golden_names();
-    assert!(names.len() >= 40, "expected the golden traces, found {}", names.len());
+    assert!(
+        names.len() >= 40,
+        "expected the golden traces, found {}",
+        names.len()
+    );
     let failures: Vec<String> = names.iter().filter_map(|n| compare(n).err()).collect();
     assert!(
         failures.is_empty(),
@@ -85,7 +97,8 @@ fn seed_article_worked_example() {
     .unwrap();
     for (id, len, max) in [("A", 100u32, 4), ("B", 200, 2), ("C", 50, 3)] {
         let prompt = (0..len).collect();
-        s.add_request(NewRequest::new(id, prompt, SamplingParams::greedy(max))).unwrap();
+        s.add_request(NewRequest::new(id, prompt, SamplingParams::greedy(max)))
+            .unwrap();
     }
     let mut rounds = Vec::new();
     while s.has_unfinished_requests() {
@@ -107,10 +120,30 @@ fn seed_article_worked_example() {
         s.update_from_output(&out, &mro);
         rounds.push(plan);
     }
-    let p = |v: &[(&str, usize)]| v.iter().map(|(a, n)| (a.to_string(), *n)).collect::<Vec<_>>();
-    assert_eq!(rounds[0], p(&[("A", 100)]), "round 1: A's prompt; B would exceed the budget");
-    assert_eq!(rounds[1], p(&[("A", 1), ("B", 200), ("C", 50)]), "round 2: C fits too");
+    let p = |v: &[(&str, usize)]| {
+        v.iter()
+            .map(|(a, n)| (a.to_string(), *n))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        rounds[0],
+        p(&[("A", 100)]),
+        "round 1: A's prompt; B would exceed the budget"
+    );
+    assert_eq!(
+        rounds[1],
+        p(&[("A", 1), ("B", 200), ("C", 50)]),
+        "round 2: C fits too"
+    );
     assert_eq!(rounds[2], p(&[("A", 1), ("B", 1), ("C", 1)]));
-    assert_eq!(rounds[3], p(&[("A", 1), ("C", 1)]), "B finished after 2 tokens");
-    assert_eq!(rounds.len(), 4, "A finishes its 4th token together with C's 3rd");
+    assert_eq!(
+        rounds[3],
+        p(&[("A", 1), ("C", 1)]),
+        "B finished after 2 tokens"
+    );
+    assert_eq!(
+        rounds.len(),
+        4,
+        "A finishes its 4th token together with C's 3rd"
+    );
 }

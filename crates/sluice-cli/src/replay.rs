@@ -1,0 +1,153 @@
+//! `sluice replay TRACE.json [-o LOG.jsonl]` and `sluice replay --bench`.
+
+use clap::Args;
+use sluice_core::replay::{Replayer, StepTiming};
+use sluice_core::trace::Trace;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Args)]
+pub struct ReplayArgs {
+    /// The trace (shared/spec/scheduler-trace.md).
+    trace: PathBuf,
+    /// Write the decision log here instead of stdout.
+    #[arg(short, long)]
+    output: Option<PathBuf>,
+    /// Time the scheduler instead of writing the log: prints one JSON line
+    /// with the step count and the median and p99 µs per step of
+    /// schedule() + update_from_output().
+    #[arg(long)]
+    bench: bool,
+    /// With --bench: also write per-step timings as JSON lines here.
+    #[arg(long, requires = "bench")]
+    timings: Option<PathBuf>,
+    /// With --bench: only count steps from this one on (e.g. past warm-up).
+    #[arg(long, default_value_t = 0, requires = "bench")]
+    measure_from: u64,
+    /// With --bench: only count steps before this one.
+    #[arg(long, requires = "bench")]
+    measure_to: Option<u64>,
+}
+
+/// Exit status for a malformed trace (as the trace spec requires).
+const BAD_INPUT: u8 = 2;
+
+pub fn run(args: ReplayArgs) -> ExitCode {
+    let text = match std::fs::read_to_string(&args.trace) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("sluice replay: cannot read {}: {e}", args.trace.display());
+            return ExitCode::from(BAD_INPUT);
+        }
+    };
+    let trace = match Trace::from_json(&text) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("sluice replay: {}: {e}", args.trace.display());
+            return ExitCode::from(BAD_INPUT);
+        }
+    };
+    let result = if args.bench {
+        bench(trace, &args)
+    } else {
+        write_log(trace, args.output.as_ref())
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sluice replay: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn write_log(trace: Trace, output: Option<&PathBuf>) -> anyhow::Result<()> {
+    let mut out: Box<dyn Write> = match output {
+        Some(p) => {
+            Box::new(BufWriter::new(File::create(p).map_err(|e| {
+                anyhow::anyhow!("cannot create {}: {e}", p.display())
+            })?))
+        }
+        None => Box::new(BufWriter::new(std::io::stdout().lock())),
+    };
+    let mut r = Replayer::new(trace)?;
+    while r.has_next() {
+        if let Some(rec) = r.step(true, None)? {
+            writeln!(out, "{}", rec.to_json())?;
+        }
+    }
+    out.flush()?;
+    Ok(())
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let idx = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[idx]
+}
+
+fn bench(trace: Trace, args: &ReplayArgs) -> anyhow::Result<()> {
+    let mut r = Replayer::new(trace)?;
+    let mut timings = Vec::new();
+    while r.has_next() {
+        let mut t = StepTiming::default();
+        r.step(false, Some(&mut t))?;
+        timings.push(t);
+    }
+    if let Some(path) = &args.timings {
+        let mut f = BufWriter::new(
+            File::create(path)
+                .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", path.display()))?,
+        );
+        for t in &timings {
+            writeln!(
+                f,
+                "{{\"step\": {}, \"schedule_ns\": {}, \"update_ns\": {}}}",
+                t.step, t.schedule_ns, t.update_ns
+            )?;
+        }
+        f.flush()?;
+    }
+    let to = args.measure_to.unwrap_or(u64::MAX);
+    let measured: Vec<&StepTiming> = timings
+        .iter()
+        .filter(|t| t.step >= args.measure_from && t.step < to)
+        .collect();
+    let mut total: Vec<f64> = measured
+        .iter()
+        .map(|t| (t.schedule_ns + t.update_ns) as f64 / 1000.0)
+        .collect();
+    let mut sched: Vec<f64> = measured
+        .iter()
+        .map(|t| t.schedule_ns as f64 / 1000.0)
+        .collect();
+    let mut upd: Vec<f64> = measured
+        .iter()
+        .map(|t| t.update_ns as f64 / 1000.0)
+        .collect();
+    for v in [&mut total, &mut sched, &mut upd] {
+        v.sort_by(f64::total_cmp);
+    }
+    let reqs: Vec<usize> = measured.iter().map(|t| t.num_scheduled_reqs).collect();
+    let mean_reqs = if reqs.is_empty() {
+        0.0
+    } else {
+        reqs.iter().sum::<usize>() as f64 / reqs.len() as f64
+    };
+    println!(
+        "{{\"steps\": {}, \"measured_steps\": {}, \"median_us\": {:.3}, \"p99_us\": {:.3}, \
+         \"schedule_median_us\": {:.3}, \"update_median_us\": {:.3}, \"mean_scheduled_reqs\": {:.1}}}",
+        timings.len(),
+        measured.len(),
+        percentile(&total, 0.5),
+        percentile(&total, 0.99),
+        percentile(&sched, 0.5),
+        percentile(&upd, 0.5),
+        mean_reqs
+    );
+    Ok(())
+}
