@@ -133,16 +133,15 @@ pub fn check_state(s: &Scheduler, phase: Phase) -> Result<(), String> {
                 }
             }
         }
-        if let Some(h) = s.kv.hasher() {
-            let _ = h;
+        if s.kv.hasher().is_some() {
             let cached = s.kv.num_cached_blocks(slot as usize);
             ensure!(
                 cached <= r.block_hashes.len(),
                 "{id}: cached count past its hashes"
             );
-            for i in 0..cached {
+            for (i, (blk, hash)) in table.iter().zip(&r.block_hashes).take(cached).enumerate() {
                 ensure!(
-                    s.kv.pool().block_hash(table[i]) == Some(&r.block_hashes[i]),
+                    s.kv.pool().block_hash(*blk) == Some(hash),
                     "{id}: cached block {i} does not carry the request's hash"
                 );
             }
@@ -185,10 +184,14 @@ pub fn check_state(s: &Scheduler, phase: Phase) -> Result<(), String> {
 }
 
 /// Per-step limits of one `schedule()` output, against the state right after.
+/// `num_reqs_at_start` is running + waiting before the call;
+/// `preempted_before` the preemptions already pending then (from a prefix
+/// cache reset), which do not stop admissions.
 pub fn check_output(
     s: &Scheduler,
     out: &SchedulerOutput,
     num_reqs_at_start: usize,
+    preempted_before: usize,
 ) -> Result<(), String> {
     let cfg = &s.config;
     let total: usize = out.num_scheduled_tokens.iter().map(|e| e.num_tokens).sum();
@@ -230,7 +233,7 @@ pub fn check_output(
             );
         }
     }
-    if !out.preempted_req_ids.is_empty() {
+    if out.preempted_req_ids.len() > preempted_before {
         ensure!(
             out.scheduled_new_reqs.is_empty(),
             "admitted in a step that preempted"
@@ -240,7 +243,7 @@ pub fn check_output(
             "resumed in a step that preempted"
         );
     }
-    for p in &out.preempted_req_ids {
+    for p in out.preempted_req_ids.iter().skip(preempted_before) {
         ensure!(!ids.contains(p), "{p} both scheduled and preempted");
     }
     for n in &out.scheduled_new_reqs {

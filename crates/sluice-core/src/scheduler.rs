@@ -264,6 +264,12 @@ impl Scheduler {
             .collect()
     }
 
+    /// Preemptions not yet reported in a `SchedulerOutput` (from
+    /// `reset_prefix_cache`).
+    pub fn pending_preempted_ids(&self) -> &[RequestId] {
+        &self.preempted_req_ids
+    }
+
     /// (running, waiting) counts.
     pub fn get_request_counts(&self) -> (usize, usize) {
         (self.running.len(), self.waiting.len())
