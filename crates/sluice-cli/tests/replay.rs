@@ -1,0 +1,92 @@
+//! `sluice replay` end to end: the decision log, malformed traces, --bench.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn sluice() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+}
+
+fn traces() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../sluice-core/tests/data/traces")
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("sluice-cli-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir.join(name)
+}
+
+#[test]
+fn replay_writes_the_golden_log() {
+    let out = sluice()
+        .arg("replay")
+        .arg(traces().join("seed-example.trace.json"))
+        .output()
+        .expect("runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let golden = std::fs::read_to_string(traces().join("seed-example.vllm.jsonl")).expect("golden");
+    // Same text, byte for byte: the log is formatted like vLLM's json.dumps.
+    assert_eq!(String::from_utf8_lossy(&out.stdout), golden);
+}
+
+#[test]
+fn replay_to_a_file() {
+    let path = tmp("prefix-01.jsonl");
+    let st = sluice()
+        .arg("replay")
+        .arg(traces().join("prefix-01.trace.json"))
+        .arg("-o")
+        .arg(&path)
+        .status()
+        .expect("runs");
+    assert!(st.success());
+    let got = std::fs::read_to_string(&path).expect("log");
+    let want = std::fs::read_to_string(traces().join("prefix-01.vllm.jsonl")).expect("golden");
+    assert_eq!(got, want);
+}
+
+#[test]
+fn malformed_trace_names_the_field_and_exits_2() {
+    let path = tmp("bad.trace.json");
+    std::fs::write(
+        &path,
+        r#"{"config": {"block_size": 16, "num_gpu_blocks": 8, "max_num_batched_tokens": 64, "max_num_seqs": 2, "max_model_len": 128},
+            "requests": [{"id": "a", "prompt": [1], "output": [1]}, {"id": "b", "prompt": [1], "output": [2]},
+                         {"id": "c", "prompt": [1], "output": [3]}, {"id": "d", "prompt": "oops", "output": [4]}]}"#,
+    )
+    .expect("write");
+    let out = sluice().arg("replay").arg(&path).output().expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("requests[3].prompt: expected an array of token ids"), "{err}");
+    assert!(out.stdout.is_empty());
+
+    let out = sluice().arg("replay").arg(tmp("missing.json")).output().expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn bench_prints_one_json_line_and_writes_timings() {
+    let timings = tmp("timings.jsonl");
+    let out = sluice()
+        .args(["replay", "--bench"])
+        .arg(traces().join("basic-01.trace.json"))
+        .arg("--timings")
+        .arg(&timings)
+        .output()
+        .expect("runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let line: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON line");
+    assert_eq!(line["steps"], 38);
+    assert!(line["median_us"].as_f64().is_some());
+    assert!(line["p99_us"].as_f64().is_some());
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&timings)
+        .expect("timings")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON"))
+        .collect();
+    assert_eq!(lines.len(), 38);
+    assert_eq!(lines[5]["step"], 5);
+    assert!(lines[5]["schedule_ns"].as_u64().is_some() && lines[5]["update_ns"].as_u64().is_some());
+}
