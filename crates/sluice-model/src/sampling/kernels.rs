@@ -1,0 +1,318 @@
+//! Vocabulary-wide loops of the sampler, written so the compiler vectorises
+//! them: fixed-width lane accumulators, branch-free selects, no calls into
+//! libm inside the loops.
+//!
+//! Only IEEE-754 basic operations (no fused multiply-add, whose use would
+//! depend on the target) are used on the sampling path, so a token choice is
+//! bit-for-bit the same on every platform.
+
+/// Elements per block: small enough that a block stays in L1 between the
+/// exponential pass and its sum, large enough that the per-block bookkeeping
+/// is negligible.
+pub(crate) const BLOCK: usize = 512;
+
+/// Lanes of the vectorised reductions (one AVX-512 register of f32, two AVX2
+/// ones); also fixes the summation order, hence the result.
+const LANES: usize = 16;
+
+/// `exp(x)` for `x <= 0` to about 2 ulp, branch-free so it vectorises.
+///
+/// Returns exactly 0 for `x < -87` (and for NaN or -inf), which the sampler
+/// relies on: masked tokens must have zero probability, and tokens
+/// `e^-87 ≈ 1.6e-38` below the maximum are zero in f32 softmax too. Positive
+/// `x` are clamped at 88 (the sampler never passes them).
+///
+/// Cephes' `expf`: `x = n ln2 + r` with `|r| <= ln2/2`, a degree-7
+/// polynomial for `e^r`, then `2^n` built in the exponent bits.
+#[inline(always)]
+#[allow(clippy::excessive_precision)] // Cephes' coefficients, as published
+pub(crate) fn exp_nonpos(x: f32) -> f32 {
+    const LO: f32 = -87.0;
+    const HI: f32 = 88.0;
+    // 1.5 * 2^23: adding it rounds to the nearest integer, which lands in the
+    // low mantissa bits (no float->int conversion or floor needed, neither of
+    // which vectorises on baseline x86-64).
+    const MAGIC: f32 = 12_582_912.0;
+    let xc = if x < LO { LO } else { x };
+    let xc = if xc > HI { HI } else { xc };
+    let t = xc * std::f32::consts::LOG2_E + MAGIC;
+    let n_int = t.to_bits() as i32 - MAGIC.to_bits() as i32;
+    let n = t - MAGIC;
+    // ln 2 split in two so that n * C1 is exact.
+    let r = xc - n * 0.693_359_375 - n * -2.121_944_400_5e-4;
+    let p = ((((1.987_569_150_0e-4 * r + 1.398_199_950_7e-3) * r + 8.333_451_907_3e-3) * r
+        + 4.166_579_589_4e-2)
+        * r
+        + 1.666_666_545_9e-1)
+        * r
+        + 5.000_000_120_1e-1;
+    let p = p * r * r + r + 1.0;
+    // n is in [-126, 127] after the clamp, so this is a normal power of two.
+    let scale = f32::from_bits(((n_int + 127) as u32) << 23);
+    let y = p * scale;
+    // `>=` is false for NaN, so NaN maps to 0 as well.
+    if x >= LO {
+        y
+    } else {
+        0.0
+    }
+}
+
+/// Largest element ignoring NaN; -inf for an empty or all-NaN slice.
+pub(crate) fn max(x: &[f32]) -> f32 {
+    let mut acc = [f32::NEG_INFINITY; LANES];
+    let chunks = x.chunks_exact(LANES);
+    let rem = chunks.remainder();
+    for c in chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            // `v > a` is false for NaN, so NaN never enters (maxps semantics).
+            *a = if v > *a { v } else { *a };
+        }
+    }
+    let mut m = f32::NEG_INFINITY;
+    for &v in acc.iter().chain(rem) {
+        m = if v > m { v } else { m };
+    }
+    m
+}
+
+/// Index of the first maximum (as `torch.argmax`), NaN counting as -inf.
+/// 0 when the slice is empty or holds nothing but -inf / NaN.
+///
+/// One pass over memory: a vectorised maximum per block, and a scan of the
+/// block for the position only when the block improves on the best so far.
+pub(crate) fn argmax(x: &[f32]) -> usize {
+    let mut best = f32::NEG_INFINITY;
+    let mut best_i = 0;
+    for (b, block) in x.chunks(BLOCK).enumerate() {
+        let m = max(block);
+        // Strict `>`: an equal maximum in a later block is not the first.
+        if m > best {
+            best = m;
+            // `max` returns one of the block's values, so it is found.
+            best_i = b * BLOCK + block.iter().position(|&v| v == m).unwrap_or(0);
+        }
+    }
+    best_i
+}
+
+/// Sum with a fixed lane order (so the result is reproducible).
+pub(crate) fn sum(x: &[f32]) -> f32 {
+    let mut acc = [0.0f32; LANES];
+    let chunks = x.chunks_exact(LANES);
+    let rem = chunks.remainder();
+    for c in chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a += v;
+        }
+    }
+    let mut s = 0.0f32;
+    for &v in acc.iter().chain(rem) {
+        s += v;
+    }
+    s
+}
+
+/// Number of elements `>= threshold`.
+pub(crate) fn count_ge(x: &[f32], threshold: f32) -> usize {
+    // u32 lanes vectorise twice as wide as usize ones; pieces of 2^20
+    // elements keep every lane far from overflow.
+    x.chunks(1 << 20)
+        .map(|piece| {
+            let mut acc = [0u32; LANES];
+            let chunks = piece.chunks_exact(LANES);
+            let rem = chunks.remainder();
+            for c in chunks {
+                for (a, &v) in acc.iter_mut().zip(c) {
+                    *a += u32::from(v >= threshold);
+                }
+            }
+            acc.iter().map(|&a| a as usize).sum::<usize>()
+                + rem.iter().filter(|&&v| v >= threshold).count()
+        })
+        .sum()
+}
+
+/// Divides every logit by `temperature` (unless it is 1), maps NaN to -inf,
+/// and returns the maximum. Division rather than multiplication by `1/t`
+/// because that is what vLLM's `apply_temperature` computes.
+pub(crate) fn scale_sanitize_max(x: &mut [f32], temperature: f32) -> f32 {
+    let scale = temperature != 1.0;
+    let mut acc = [f32::NEG_INFINITY; LANES];
+    let mut chunks = x.chunks_exact_mut(LANES);
+    for c in &mut chunks {
+        for (a, v) in acc.iter_mut().zip(c.iter_mut()) {
+            let y = if scale { *v / temperature } else { *v };
+            let y = if y.is_nan() { f32::NEG_INFINITY } else { y };
+            *v = y;
+            *a = if y > *a { y } else { *a };
+        }
+    }
+    let mut m = f32::NEG_INFINITY;
+    for v in chunks.into_remainder() {
+        let y = if scale { *v / temperature } else { *v };
+        let y = if y.is_nan() { f32::NEG_INFINITY } else { y };
+        *v = y;
+        m = if y > m { y } else { m };
+    }
+    for &a in &acc {
+        m = if a > m { a } else { m };
+    }
+    m
+}
+
+/// Sum of `exp(x_i - max)` over a row (NaN counting as -inf), accumulated
+/// per block in f32 lanes and across blocks in f64. `max` must be finite.
+pub(crate) fn sum_exp_shifted(x: &[f32], max: f32) -> f64 {
+    let mut total = 0.0f64;
+    let mut buf = [0.0f32; BLOCK];
+    for block in x.chunks(BLOCK) {
+        let buf = &mut buf[..block.len()];
+        for (e, &v) in buf.iter_mut().zip(block) {
+            *e = exp_nonpos(v - max);
+        }
+        total += f64::from(sum(buf));
+    }
+    total
+}
+
+/// Turns scaled logits into unnormalised probabilities in place:
+/// `e_i = exp(l_i - max)`, or 0 for tokens below `floor` (top-k) or with
+/// `e_i < min_ratio` (min-p, whose threshold `p_i < min_p * p_max` is
+/// `e_i < min_p` since `e_max = 1`). Records one f64 sum per [`BLOCK`] in
+/// `block_sums` (for a fast inverse-CDF scan) and, when `hist` is given, the
+/// mass per f32 exponent (for top-p). Returns the total. `max` must be finite.
+pub(crate) fn exp_in_place(
+    x: &mut [f32],
+    max: f32,
+    floor: f32,
+    min_ratio: f32,
+    block_sums: &mut Vec<f64>,
+    mut hist: Option<&mut ExpHist>,
+) -> f64 {
+    block_sums.clear();
+    let mut total = 0.0f64;
+    for block in x.chunks_mut(BLOCK) {
+        for v in block.iter_mut() {
+            let l = *v;
+            let e = exp_nonpos(l - max);
+            *v = if l >= floor && e >= min_ratio { e } else { 0.0 };
+        }
+        let s = f64::from(sum(block));
+        block_sums.push(s);
+        total += s;
+        if let Some(h) = hist.as_deref_mut() {
+            for &e in block.iter() {
+                h.mass[exponent_bucket(e)] += f64::from(e);
+            }
+        }
+    }
+    total
+}
+
+/// Inverse-CDF draw over unnormalised weights `e` whose per-block sums (in
+/// order) are `block_sums` and total `total`: the first token whose running
+/// sum exceeds `u * total`. Zero-weight tokens are never returned unless
+/// nothing has weight (then 0).
+pub(crate) fn scan_blocks(e: &[f32], block_sums: &[f64], total: f64, u: f64) -> usize {
+    let target = u * total;
+    let mut acc = 0.0f64;
+    for (b, &s) in block_sums.iter().enumerate() {
+        if s > 0.0 && acc + s > target {
+            let start = b * BLOCK;
+            let block = e.get(start..(start + BLOCK).min(e.len())).unwrap_or(&[]);
+            let mut a = acc;
+            let mut last = None;
+            for (j, &v) in block.iter().enumerate() {
+                if v > 0.0 {
+                    last = Some(j);
+                    a += f64::from(v);
+                    if a > target {
+                        return start + j;
+                    }
+                }
+            }
+            // The sequential sum came out a hair below the lane sum: the draw
+            // belongs to this block's last token with weight.
+            if let Some(j) = last {
+                return start + j;
+            }
+        }
+        acc += s;
+    }
+    // Rounding left the draw past the end: take the last token with weight.
+    e.iter().rposition(|&v| v > 0.0).unwrap_or(0)
+}
+
+/// Mass of unnormalised probabilities (all in `[0, 1]`) per f32 exponent:
+/// bucket `b` holds values in `[2^(b-127), 2^(b-126))`, bucket 0 the zeros.
+pub(crate) struct ExpHist {
+    pub(crate) mass: [f64; 256],
+}
+
+impl ExpHist {
+    pub(crate) fn new() -> Self {
+        Self { mass: [0.0; 256] }
+    }
+}
+
+#[inline(always)]
+pub(crate) fn exponent_bucket(e: f32) -> usize {
+    ((e.to_bits() >> 23) & 0xFF) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn exp_matches_std_over_the_range() {
+        let mut worst = 0.0f64;
+        let mut x = -87.0f32;
+        while x <= 0.0 {
+            let want = f64::from(x).exp();
+            let got = f64::from(exp_nonpos(x));
+            worst = worst.max(((got - want) / want).abs());
+            x += 0.000_97;
+        }
+        assert!(worst < 4e-7, "worst relative error {worst}");
+        assert_eq!(exp_nonpos(0.0), 1.0);
+        assert_eq!(exp_nonpos(f32::NEG_INFINITY), 0.0);
+        assert_eq!(exp_nonpos(f32::NAN), 0.0);
+        assert_eq!(exp_nonpos(-1000.0), 0.0);
+    }
+
+    #[test]
+    fn argmax_first_of_ties_across_blocks() {
+        let mut x = vec![0.0f32; 3 * BLOCK + 7];
+        x[BLOCK + 3] = 5.0;
+        x[2 * BLOCK + 1] = 5.0;
+        x[5] = f32::NAN;
+        assert_eq!(argmax(&x), BLOCK + 3);
+        assert_eq!(argmax(&[]), 0);
+        assert_eq!(argmax(&[f32::NEG_INFINITY, f32::NAN]), 0);
+        assert_eq!(argmax(&[f32::NAN, 1.0]), 1);
+        assert_eq!(argmax(&[1.0, f32::INFINITY, f32::INFINITY]), 1);
+    }
+
+    proptest! {
+        #[test]
+        fn argmax_equals_naive(x in prop::collection::vec(-50.0f32..50.0, 1..2000)) {
+            let mut best = 0;
+            for (i, &v) in x.iter().enumerate() {
+                if v > x[best] {
+                    best = i;
+                }
+            }
+            prop_assert_eq!(argmax(&x), best);
+        }
+
+        #[test]
+        fn exp_relative_error(x in -87.0f32..=0.0) {
+            let want = f64::from(x).exp();
+            let got = f64::from(exp_nonpos(x));
+            prop_assert!(((got - want) / want).abs() < 4e-7);
+        }
+    }
+}
