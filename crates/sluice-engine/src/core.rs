@@ -1,0 +1,533 @@
+//! `EngineCore`: the synchronous step loop. It owns the scheduler, the
+//! executor and every request's engine-side state; nothing else touches
+//! them, so there are no locks on the hot path.
+//!
+//! One `step()`: take the commands that arrived (new requests, aborts,
+//! shutdown), `schedule()` → `execute()` → `update_from_output()`, then
+//! route each request's new tokens through its detokenizer and stop strings
+//! to its stream.
+//!
+//! Ownership (TGI style): a request's resources are released by one
+//! function, `finish_child`, whatever ends it — EOS / stop / length from the
+//! scheduler, a stop string, an abort (explicit, or its stream dropped), a
+//! model error, shutdown. Its blocks are back in the pool before the next
+//! `schedule()`.
+
+use crate::engine::{Command, Engine, EngineConfig, PendingRequest, Shared, ShutdownMode};
+use crate::error::EngineError;
+use crate::executor::Executor;
+use crate::output::CompletionText;
+use crate::request::{Finished, RequestOutput, StopReason};
+use crate::stats::{EngineStats, FinishedRequestStats, StatsCollector};
+use sluice_core::{
+    FinishReason, ModelRunnerOutput, NewRequest, RequestId, RequestStatus, SampleLogprobs,
+    Scheduler, SchedulerOutput, StopReason as CoreStopReason,
+};
+use sluice_model::tokenizer::Tokenizer;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::watch;
+
+/// One caller request: `n` scheduler requests ("children") sharing a
+/// stream.
+struct Parent {
+    request_id: String,
+    sender: UnboundedSender<RequestOutput>,
+    /// Child ids by completion index.
+    children: Vec<RequestId>,
+    num_unfinished: usize,
+}
+
+/// One scheduler request (one completion).
+struct Child {
+    parent: u64,
+    index: usize,
+    text: CompletionText,
+    num_prompt_tokens: usize,
+    num_output_tokens: usize,
+    num_cached_tokens: usize,
+    arrival: Instant,
+    first_scheduled: Option<Instant>,
+    last_token: Option<Instant>,
+    /// Prompt logprobs gathered across prefill chunks until the first
+    /// output carries them (`None`: not asked for).
+    prompt_logprobs: Option<Vec<SampleLogprobs>>,
+}
+
+/// The step loop (see the module docs). Drive it yourself with `step()`, or
+/// let `Engine::start` run it on its own thread.
+pub struct EngineCore {
+    scheduler: Scheduler,
+    executor: Box<dyn Executor>,
+    tokenizer: Arc<Tokenizer>,
+    shared: Arc<Shared>,
+    commands: Receiver<Command>,
+    parents: HashMap<u64, Parent>,
+    children: HashMap<RequestId, Child>,
+    /// Caller id → parent sequence number.
+    ids: HashMap<String, u64>,
+    stats: StatsCollector,
+    started: Instant,
+    shutdown: Option<ShutdownMode>,
+    /// Every handle and stream is gone: nobody can send anything again.
+    disconnected: bool,
+}
+
+impl EngineCore {
+    /// A core and the handle that feeds it. The scheduler's KV pool is the
+    /// executor's `num_kv_blocks()`.
+    pub fn new(
+        mut config: EngineConfig,
+        executor: Box<dyn Executor>,
+        tokenizer: Arc<Tokenizer>,
+    ) -> Result<(EngineCore, Engine), EngineError> {
+        config.scheduler.num_gpu_blocks = executor.num_kv_blocks();
+        config.scheduler.validate()?;
+        let scheduler = Scheduler::new(config.scheduler.clone())?;
+        let stats = StatsCollector::new(
+            config.scheduler.num_gpu_blocks,
+            config.scheduler.max_model_len,
+        );
+        let (stopped, _) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            vocab_size: executor.vocab_size(),
+            config,
+            tokenizer: tokenizer.clone(),
+            accepting: AtomicBool::new(true),
+            alive: AtomicBool::new(true),
+            num_waiting: AtomicUsize::new(0),
+            num_pending: AtomicUsize::new(0),
+            next_seq: AtomicU64::new(0),
+            live_ids: Mutex::new(HashSet::new()),
+            stats: Mutex::new(stats.snapshot()),
+            stopped,
+        });
+        let (tx, rx) = std::sync::mpsc::channel();
+        let engine = Engine::from_parts(shared.clone(), tx);
+        let core = EngineCore {
+            scheduler,
+            executor,
+            tokenizer,
+            shared,
+            commands: rx,
+            parents: HashMap::new(),
+            children: HashMap::new(),
+            ids: HashMap::new(),
+            stats,
+            started: Instant::now(),
+            shutdown: None,
+            disconnected: false,
+        };
+        Ok((core, engine))
+    }
+
+    /// Whether a step would do anything: requests to schedule, or finished
+    /// ids the executor has not been told about.
+    pub fn has_work(&self) -> bool {
+        self.scheduler.has_unfinished_requests() || self.scheduler.has_finished_requests()
+    }
+
+    /// Whether the loop should end (shutdown finished, or nobody left).
+    pub fn is_done(&self) -> bool {
+        match self.shutdown {
+            Some(ShutdownMode::Abort) => true,
+            Some(ShutdownMode::Drain) => !self.has_work(),
+            None => self.disconnected,
+        }
+    }
+
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.scheduler
+    }
+
+    pub fn stats(&self) -> EngineStats {
+        self.stats.snapshot()
+    }
+
+    /// Takes every command that has arrived, then runs one
+    /// schedule → execute → update step if there is work. Never blocks.
+    /// Returns whether a step ran.
+    pub fn step(&mut self) -> bool {
+        self.drain_commands();
+        if self.shutdown == Some(ShutdownMode::Abort) || !self.has_work() {
+            self.publish();
+            return false;
+        }
+        self.run_step();
+        self.publish();
+        true
+    }
+
+    /// The engine thread's loop: steps while there is work, sleeps on the
+    /// command channel while there is none, returns after shutdown.
+    pub fn run(mut self) {
+        while !self.is_done() {
+            if !self.has_work() {
+                match self.commands.recv() {
+                    Ok(cmd) => self.handle(cmd),
+                    Err(_) => self.disconnected = true,
+                }
+                continue;
+            }
+            self.step();
+        }
+        self.fail_all(FinishReason::Abort, None);
+        self.publish();
+        self.shared.mark_stopped();
+    }
+
+    fn drain_commands(&mut self) {
+        loop {
+            match self.commands.try_recv() {
+                Ok(cmd) => self.handle(cmd),
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => {
+                    self.disconnected = true;
+                    break;
+                }
+            }
+        }
+    }
+
+    fn handle(&mut self, cmd: Command) {
+        match cmd {
+            Command::Add(req) => self.add_request(*req),
+            Command::AbortSeq(seq) => self.abort_parent(seq, FinishReason::Abort, None),
+            Command::AbortId(id) => {
+                if let Some(&seq) = self.ids.get(&id) {
+                    self.abort_parent(seq, FinishReason::Abort, None);
+                }
+            }
+            Command::Shutdown(mode) => {
+                self.shared.accepting.store(false, Ordering::SeqCst);
+                if self.shutdown != Some(ShutdownMode::Abort) {
+                    self.shutdown = Some(mode);
+                }
+                if mode == ShutdownMode::Abort {
+                    self.fail_all(FinishReason::Abort, None);
+                }
+            }
+        }
+    }
+
+    fn add_request(&mut self, req: PendingRequest) {
+        let n = req.params.n;
+        self.shared.num_pending.fetch_sub(n, Ordering::SeqCst);
+        if self.shutdown == Some(ShutdownMode::Abort) {
+            // Accepted just before the shutdown: never started.
+            self.shared.release_id(&req.request_id);
+            send_finished(&req.sender, n, FinishReason::Abort, None);
+            return;
+        }
+        let arrival_time = req
+            .arrival
+            .saturating_duration_since(self.started)
+            .as_secs_f64();
+        let mut children = Vec::with_capacity(n);
+        for index in 0..n {
+            let child_id: RequestId = if n == 1 {
+                format!("{}", req.seq).into()
+            } else {
+                format!("{}-{index}", req.seq).into()
+            };
+            let mut params = req.params.clone();
+            if n > 1 {
+                // vLLM's parallel sampling: distinct seeds, one copy of the
+                // prompt logprobs.
+                params.seed = params.seed.map(|s| s.wrapping_add(index as u64));
+                if index > 0 {
+                    params.prompt_logprobs = None;
+                }
+            }
+            let wants_prompt_logprobs = params.prompt_logprobs.is_some();
+            let text = CompletionText::new(&req.prompt_token_ids, &params);
+            let new = NewRequest {
+                id: child_id.clone(),
+                prompt_token_ids: req.prompt_token_ids.clone(),
+                sampling_params: Arc::new(params),
+                priority: req.priority,
+                arrival_time,
+                cache_salt: req.cache_salt.clone(),
+                needs_grammar: false,
+            };
+            if let Err(e) = self.scheduler.add_request(new) {
+                // Validated on the caller's side, so this is an engine bug;
+                // fail the whole request rather than run half of it.
+                self.scheduler
+                    .finish_requests(&children, RequestStatus::FinishedError);
+                self.shared.release_id(&req.request_id);
+                send_finished(&req.sender, n, FinishReason::Error, Some(e.to_string()));
+                return;
+            }
+            self.children.insert(
+                child_id.clone(),
+                Child {
+                    parent: req.seq,
+                    index,
+                    text,
+                    num_prompt_tokens: req.prompt_token_ids.len(),
+                    num_output_tokens: 0,
+                    num_cached_tokens: 0,
+                    arrival: req.arrival,
+                    first_scheduled: None,
+                    last_token: None,
+                    prompt_logprobs: wants_prompt_logprobs.then(Vec::new),
+                },
+            );
+            children.push(child_id);
+        }
+        self.ids.insert(req.request_id.clone(), req.seq);
+        self.parents.insert(
+            req.seq,
+            Parent {
+                request_id: req.request_id,
+                sender: req.sender,
+                children,
+                num_unfinished: n,
+            },
+        );
+    }
+
+    fn run_step(&mut self) {
+        let sched_out = self.scheduler.schedule();
+        let now = Instant::now();
+        for new in &sched_out.scheduled_new_reqs {
+            if let Some(c) = self.children.get_mut(&new.req_id) {
+                c.first_scheduled.get_or_insert(now);
+                c.num_cached_tokens = c.num_cached_tokens.max(new.num_computed_tokens);
+            }
+        }
+        let runner_out = match self.executor.execute(&sched_out) {
+            Ok(out) => out,
+            Err(e) => {
+                // The model failed: every request in flight fails with it
+                // (their state in the executor is suspect); the engine
+                // itself goes on serving.
+                self.fail_all(
+                    FinishReason::Error,
+                    Some(format!("model execution failed: {e:#}")),
+                );
+                return;
+            }
+        };
+        self.stats.record_step();
+        let outputs = self.scheduler.update_from_output(&sched_out, &runner_out);
+        self.collect_prompt_logprobs(&runner_out);
+        for out in outputs {
+            self.route(&sched_out, &runner_out, out);
+        }
+    }
+
+    fn collect_prompt_logprobs(&mut self, runner_out: &ModelRunnerOutput) {
+        for pl in &runner_out.prompt_logprobs {
+            if let Some(child) = self.children.get_mut(&pl.req_id) {
+                let want = child.num_prompt_tokens.saturating_sub(1);
+                if let Some(acc) = child.prompt_logprobs.as_mut() {
+                    // A recompute after preemption reports them again.
+                    let room = want.saturating_sub(acc.len());
+                    acc.extend(pl.positions.iter().take(room).cloned());
+                }
+            }
+        }
+    }
+
+    /// Sends one request's step output; finishes it if it ended.
+    fn route(
+        &mut self,
+        _sched_out: &SchedulerOutput,
+        runner_out: &ModelRunnerOutput,
+        out: sluice_core::EngineCoreOutput,
+    ) {
+        let Some(child) = self.children.get_mut(&out.req_id) else {
+            return;
+        };
+        let now = Instant::now();
+        let scheduler_finished = out.finish_reason.is_some();
+        let stop_terminated = out.finish_reason == Some(FinishReason::Stop);
+        let step = child.text.update(
+            &self.tokenizer,
+            &out.new_token_ids,
+            stop_terminated,
+            scheduler_finished,
+        );
+        let kept = step.num_kept_tokens;
+        if kept > 0 {
+            match child.last_token {
+                None => self
+                    .stats
+                    .record_first_token(now - child.arrival, child.num_prompt_tokens),
+                Some(last) => self.stats.record_inter_token(now - last),
+            }
+            child.last_token = Some(now);
+            self.stats.record_generation_tokens(kept);
+        }
+        child.num_output_tokens += kept;
+        child.num_cached_tokens = child.num_cached_tokens.max(out.num_cached_tokens);
+        let logprobs: Vec<SampleLogprobs> = runner_out
+            .sample_logprobs(out.index)
+            .map(|lps| lps.iter().take(kept).flatten().cloned().collect())
+            .unwrap_or_default();
+        let finished = if let Some(stop) = step.stop_string {
+            Some((FinishReason::Stop, Some(StopReason::String(stop))))
+        } else {
+            out.finish_reason.map(|reason| {
+                let stop_reason = match out.stop_reason {
+                    Some(CoreStopReason::Token(t)) => Some(StopReason::Token(t)),
+                    _ => None,
+                };
+                (reason, stop_reason)
+            })
+        };
+        let prompt_logprobs = if child.last_token.is_some() || finished.is_some() {
+            child.prompt_logprobs.take()
+        } else {
+            None
+        };
+        let output = RequestOutput {
+            index: child.index,
+            token_ids: out.new_token_ids[..kept].to_vec(),
+            text: step.text,
+            logprobs,
+            prompt_logprobs,
+            finished: finished.as_ref().map(|(reason, stop_reason)| Finished {
+                reason: *reason,
+                stop_reason: stop_reason.clone(),
+                num_output_tokens: child.num_output_tokens,
+                num_cached_tokens: child.num_cached_tokens,
+                error: None,
+            }),
+        };
+        let parent_seq = child.parent;
+        let delivered = self
+            .parents
+            .get(&parent_seq)
+            .is_some_and(|p| p.sender.send(output).is_ok());
+        if let Some((reason, _)) = finished {
+            self.finish_child(&out.req_id, reason);
+        }
+        if !delivered {
+            // The caller is gone (its stream's abort is on its way too).
+            self.abort_parent(parent_seq, FinishReason::Abort, None);
+        }
+    }
+
+    /// Releases one completion, however it ended: its scheduler request
+    /// (blocks back to the pool now, if it was still live), its state, its
+    /// stats, and the parent when it was the last completion.
+    fn finish_child(&mut self, child_id: &RequestId, reason: FinishReason) {
+        let Some(child) = self.children.remove(child_id) else {
+            return;
+        };
+        // No-op when the scheduler finished it itself.
+        let status = match reason {
+            FinishReason::Stop => RequestStatus::FinishedStopped,
+            FinishReason::Length => RequestStatus::FinishedLengthCapped,
+            FinishReason::Abort => RequestStatus::FinishedAborted,
+            FinishReason::Error | FinishReason::Repetition => RequestStatus::FinishedError,
+        };
+        self.scheduler.finish_requests(&[child_id], status);
+        self.stats.record_finished(FinishedRequestStats {
+            reason,
+            queue_time: child.first_scheduled.map(|t| t - child.arrival),
+            e2e_latency: child.arrival.elapsed(),
+            num_prompt_tokens: child.num_prompt_tokens,
+            num_generation_tokens: child.num_output_tokens,
+        });
+        let done = match self.parents.get_mut(&child.parent) {
+            Some(p) => {
+                p.num_unfinished -= 1;
+                p.num_unfinished == 0
+            }
+            None => false,
+        };
+        if done {
+            if let Some(p) = self.parents.remove(&child.parent) {
+                self.ids.remove(&p.request_id);
+                self.shared.release_id(&p.request_id);
+            }
+        }
+    }
+
+    /// Ends every unfinished completion of a request with `reason` and
+    /// tells its stream (if it still listens).
+    fn abort_parent(&mut self, seq: u64, reason: FinishReason, error: Option<String>) {
+        let Some(parent) = self.parents.get(&seq) else {
+            return;
+        };
+        let sender = parent.sender.clone();
+        let live: Vec<RequestId> = parent
+            .children
+            .iter()
+            .filter(|c| self.children.contains_key(*c))
+            .cloned()
+            .collect();
+        for id in live {
+            if let Some(child) = self.children.get_mut(&id) {
+                let _ = sender.send(RequestOutput {
+                    index: child.index,
+                    token_ids: Vec::new(),
+                    text: String::new(),
+                    logprobs: Vec::new(),
+                    prompt_logprobs: None,
+                    finished: Some(Finished {
+                        reason,
+                        stop_reason: None,
+                        num_output_tokens: child.num_output_tokens,
+                        num_cached_tokens: child.num_cached_tokens,
+                        error: error.clone(),
+                    }),
+                });
+            }
+            self.finish_child(&id, reason);
+        }
+    }
+
+    fn fail_all(&mut self, reason: FinishReason, error: Option<String>) {
+        let seqs: Vec<u64> = self.parents.keys().copied().collect();
+        for seq in seqs {
+            self.abort_parent(seq, reason, error.clone());
+        }
+    }
+
+    /// Publishes gauges and the stats snapshot for the handles.
+    fn publish(&mut self) {
+        let s = self.scheduler.make_stats();
+        self.stats.record_scheduler(&s, 0);
+        self.shared.num_waiting.store(
+            s.num_waiting_reqs + s.num_skipped_waiting_reqs,
+            Ordering::SeqCst,
+        );
+        if let Ok(mut published) = self.shared.stats.lock() {
+            *published = self.stats.snapshot();
+        }
+    }
+}
+
+/// Final outputs for a request that never reached the scheduler.
+fn send_finished(
+    sender: &UnboundedSender<RequestOutput>,
+    n: usize,
+    reason: FinishReason,
+    error: Option<String>,
+) {
+    for index in 0..n {
+        let _ = sender.send(RequestOutput {
+            index,
+            token_ids: Vec::new(),
+            text: String::new(),
+            logprobs: Vec::new(),
+            prompt_logprobs: None,
+            finished: Some(Finished {
+                reason,
+                stop_reason: None,
+                num_output_tokens: 0,
+                num_cached_tokens: 0,
+                error: error.clone(),
+            }),
+        });
+    }
+}

@@ -1,0 +1,236 @@
+//! `ScriptedExecutor`: a deterministic fake model for engine tests.
+//!
+//! It follows the scheduler's protocol exactly as a model runner must (it
+//! keeps per-request state from new / cached / resumed / finished data and
+//! samples only when a request's computed tokens reach all its known
+//! tokens), but the "model" is a caller-supplied function: given a
+//! sequence, it returns candidate next tokens, best first. Like a sampler,
+//! the executor masks the EOS and stop token ids while fewer than
+//! `min_tokens` outputs exist, takes the best remaining candidate, and
+//! reports logprobs as if candidate `r` (0-based) had logit `-r`.
+
+use super::Executor;
+use anyhow::{anyhow, bail, Result};
+use sluice_core::output::PromptLogprobs;
+use sluice_core::{
+    ModelRunnerOutput, RequestId, SampleLogprobs, SamplingParams, SchedulerOutput, TokenId,
+    TokenLogprob,
+};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// What the script sees of a request when asked for its next token.
+#[derive(Debug)]
+pub struct SeqView<'a> {
+    pub req_id: &'a str,
+    pub prompt: &'a [TokenId],
+    /// Tokens this request has produced so far.
+    pub output: &'a [TokenId],
+    pub params: &'a SamplingParams,
+}
+
+type Script = Box<dyn FnMut(&SeqView<'_>) -> Vec<TokenId> + Send>;
+
+struct SeqState {
+    tokens: Vec<TokenId>,
+    num_prompt_tokens: usize,
+    num_computed_tokens: usize,
+    params: Arc<SamplingParams>,
+}
+
+/// A fake model driven by a script (see the module docs).
+pub struct ScriptedExecutor {
+    num_kv_blocks: usize,
+    vocab_size: Option<usize>,
+    script: Script,
+    reqs: HashMap<RequestId, SeqState>,
+    steps: u64,
+    fail_at_step: Option<u64>,
+}
+
+impl ScriptedExecutor {
+    /// A pool of `num_kv_blocks` blocks (null block included) and a script
+    /// returning candidate next tokens, best first.
+    pub fn new(
+        num_kv_blocks: usize,
+        script: impl FnMut(&SeqView<'_>) -> Vec<TokenId> + Send + 'static,
+    ) -> Self {
+        ScriptedExecutor {
+            num_kv_blocks,
+            vocab_size: None,
+            script: Box::new(script),
+            reqs: HashMap::new(),
+            steps: 0,
+            fail_at_step: None,
+        }
+    }
+
+    /// Declares the vocabulary size (prompts with larger ids are refused by
+    /// the engine).
+    pub fn with_vocab_size(mut self, vocab_size: usize) -> Self {
+        self.vocab_size = Some(vocab_size);
+        self
+    }
+
+    /// Makes the `step`-th call to `execute` (0-based) fail, to test how the
+    /// engine handles a model error.
+    pub fn fail_at_step(mut self, step: u64) -> Self {
+        self.fail_at_step = Some(step);
+        self
+    }
+
+    /// Requests whose state the executor holds (running and preempted).
+    pub fn num_requests(&self) -> usize {
+        self.reqs.len()
+    }
+
+    fn update_states(&mut self, so: &SchedulerOutput) -> Result<()> {
+        for id in &so.finished_req_ids {
+            self.reqs.remove(id);
+        }
+        for n in &so.scheduled_new_reqs {
+            self.reqs.insert(
+                n.req_id.clone(),
+                SeqState {
+                    tokens: n.prompt_token_ids.clone(),
+                    num_prompt_tokens: n.prompt_token_ids.len(),
+                    num_computed_tokens: n.num_computed_tokens,
+                    params: n.sampling_params.clone(),
+                },
+            );
+        }
+        for c in &so.scheduled_cached_reqs.reqs {
+            let state = self
+                .reqs
+                .get_mut(&c.req_id)
+                .ok_or_else(|| anyhow!("scheduled request {} is unknown", c.req_id))?;
+            if let Some(all) = &c.all_token_ids {
+                state.tokens.clone_from(all);
+            }
+            state.num_computed_tokens = c.num_computed_tokens;
+        }
+        Ok(())
+    }
+
+    fn sample(&mut self, id: &RequestId) -> Result<(TokenId, Option<SampleLogprobs>)> {
+        let state = &self.reqs[id];
+        let params = state.params.clone();
+        let view = SeqView {
+            req_id: id,
+            prompt: &state.tokens[..state.num_prompt_tokens],
+            output: &state.tokens[state.num_prompt_tokens..],
+            params: &params,
+        };
+        let num_output = view.output.len();
+        let mut candidates = (self.script)(&view);
+        if num_output < params.min_tokens {
+            let masked: Vec<TokenId> = params.all_stop_token_ids().collect();
+            candidates.retain(|t| !masked.contains(t));
+        }
+        let Some(&token) = candidates.first() else {
+            bail!("the script gave request {id} no allowed token");
+        };
+        let logprobs = params.logprobs.map(|k| {
+            // log-softmax of logits 0, -1, -2, ... over the candidates.
+            let log_z = (0..candidates.len())
+                .map(|r| (-(r as f64)).exp())
+                .sum::<f64>()
+                .ln();
+            let lp = |r: usize| (-(r as f64) - log_z) as f32;
+            SampleLogprobs {
+                sampled: TokenLogprob {
+                    token_id: token,
+                    logprob: lp(0),
+                },
+                rank: 1,
+                top: candidates
+                    .iter()
+                    .take(k)
+                    .enumerate()
+                    .map(|(r, &t)| TokenLogprob {
+                        token_id: t,
+                        logprob: lp(r),
+                    })
+                    .collect(),
+            }
+        });
+        if let Some(s) = self.reqs.get_mut(id) {
+            s.tokens.push(token);
+        }
+        Ok((token, logprobs))
+    }
+}
+
+impl Executor for ScriptedExecutor {
+    fn num_kv_blocks(&self) -> usize {
+        self.num_kv_blocks
+    }
+
+    fn vocab_size(&self) -> Option<usize> {
+        self.vocab_size
+    }
+
+    fn execute(&mut self, so: &SchedulerOutput) -> Result<ModelRunnerOutput> {
+        let step = self.steps;
+        self.steps += 1;
+        if self.fail_at_step == Some(step) {
+            bail!("scripted failure at step {step}");
+        }
+        self.update_states(so)?;
+        let mut out = ModelRunnerOutput::with_capacity(so.num_scheduled_tokens.len());
+        let mut logprobs = Vec::new();
+        let mut any_logprobs = false;
+        for s in &so.num_scheduled_tokens {
+            let state = self
+                .reqs
+                .get_mut(&s.req_id)
+                .ok_or_else(|| anyhow!("scheduled request {} is unknown", s.req_id))?;
+            let start = state.num_computed_tokens;
+            state.num_computed_tokens += s.num_tokens;
+            let end = state.num_computed_tokens;
+            if end > state.tokens.len() {
+                bail!(
+                    "request {} scheduled past its known tokens ({end} > {})",
+                    s.req_id,
+                    state.tokens.len()
+                );
+            }
+            if let Some(k) = state.params.prompt_logprobs {
+                // Positions 1.. of the prompt computed in this step: a flat
+                // synthetic distribution where the actual token ranks first.
+                let n_prompt = state.num_prompt_tokens;
+                let positions: Vec<SampleLogprobs> = (start.max(1)..end.min(n_prompt))
+                    .map(|p| {
+                        let t = TokenLogprob {
+                            token_id: state.tokens[p],
+                            logprob: -1.0,
+                        };
+                        SampleLogprobs {
+                            sampled: t,
+                            rank: 1,
+                            top: vec![t; k.min(1)],
+                        }
+                    })
+                    .collect();
+                if !positions.is_empty() {
+                    out.prompt_logprobs.push(PromptLogprobs {
+                        req_id: s.req_id.clone(),
+                        positions,
+                    });
+                }
+            }
+            if end == state.tokens.len() {
+                let (token, lp) = self.sample(&s.req_id)?;
+                any_logprobs |= lp.is_some();
+                logprobs.push(lp);
+                out.push(&[token]);
+            } else {
+                out.push(&[]);
+            }
+        }
+        if any_logprobs {
+            out.logprobs = Some(logprobs);
+        }
+        Ok(out)
+    }
+}
