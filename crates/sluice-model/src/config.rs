@@ -1,1 +1,564 @@
-//! (in progress)
+//! Model configuration: `config.json` and `generation_config.json` of a
+//! Hugging Face checkpoint, parsed into the shapes the forward pass needs.
+//!
+//! Promises: a `ModelConfig` that parses is internally consistent (heads
+//! divide evenly into KV groups, head_dim is even for RoPE, every size is at
+//! least 1), so the model code can index without re-checking. Errors name the
+//! file and the field. Only what this runner implements is accepted: Qwen2
+//! and Llama (Mistral-style checkpoints included) with SiLU MLPs, RoPE with
+//! no / linear / llama3 scaling.
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde::Deserialize;
+use std::path::Path;
+
+/// The decoder families this runner implements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Architecture {
+    /// `Qwen2ForCausalLM`: biased q/k/v projections.
+    Qwen2,
+    /// `LlamaForCausalLM` (and `MistralForCausalLM` without a sliding window).
+    Llama,
+}
+
+impl Architecture {
+    fn from_hf_name(name: &str) -> Option<Self> {
+        match name {
+            "Qwen2ForCausalLM" => Some(Self::Qwen2),
+            "LlamaForCausalLM" | "MistralForCausalLM" => Some(Self::Llama),
+            _ => None,
+        }
+    }
+}
+
+/// How RoPE frequencies are adjusted for long contexts (`rope_scaling`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RopeScaling {
+    None,
+    /// Positions divided by `factor` (equivalently, every frequency).
+    Linear {
+        factor: f64,
+    },
+    /// Llama 3.1's frequency-dependent scaling with a smooth medium band.
+    Llama3 {
+        factor: f64,
+        low_freq_factor: f64,
+        high_freq_factor: f64,
+        original_max_position_embeddings: f64,
+    },
+}
+
+/// Storage dtype of a checkpoint's weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CheckpointDType {
+    F32,
+    Bf16,
+    F16,
+}
+
+/// The parsed `config.json`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelConfig {
+    pub architecture: Architecture,
+    pub hidden_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub num_key_value_heads: usize,
+    pub head_dim: usize,
+    pub intermediate_size: usize,
+    pub vocab_size: usize,
+    pub max_position_embeddings: usize,
+    pub rms_norm_eps: f64,
+    pub rope_theta: f64,
+    pub rope_scaling: RopeScaling,
+    pub tie_word_embeddings: bool,
+    /// Bias on q/k/v (always for Qwen2) ...
+    pub qkv_bias: bool,
+    /// ... and on o_proj (Llama's `attention_bias` covers both).
+    pub o_bias: bool,
+    pub mlp_bias: bool,
+    pub bos_token_id: Option<u32>,
+    pub eos_token_ids: Vec<u32>,
+    /// `torch_dtype` / `dtype`: what `DType::Auto` loads the weights as.
+    pub checkpoint_dtype: Option<CheckpointDType>,
+}
+
+impl ModelConfig {
+    /// Query heads sharing one KV head.
+    pub fn num_queries_per_kv(&self) -> usize {
+        self.num_attention_heads / self.num_key_value_heads
+    }
+
+    /// Width of the fused q/k/v projection output.
+    pub fn qkv_size(&self) -> usize {
+        (self.num_attention_heads + 2 * self.num_key_value_heads) * self.head_dim
+    }
+
+    /// Parameters of the model (embedding and head counted once when tied).
+    pub fn num_parameters(&self) -> usize {
+        let (h, i, hd) = (self.hidden_size, self.intermediate_size, self.head_dim);
+        let q = self.num_attention_heads * hd;
+        let kv = self.num_key_value_heads * hd;
+        let mut layer = h * (q + 2 * kv) + q * h + 3 * h * i + 2 * h;
+        if self.qkv_bias {
+            layer += q + 2 * kv;
+        }
+        if self.o_bias {
+            layer += h;
+        }
+        if self.mlp_bias {
+            layer += 2 * i + h;
+        }
+        let head = if self.tie_word_embeddings {
+            0
+        } else {
+            self.vocab_size * h
+        };
+        self.vocab_size * h + self.num_hidden_layers * layer + h + head
+    }
+
+    /// Reads and checks `<dir>/config.json`.
+    pub fn from_file(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read model config {}", path.display()))?;
+        Self::from_json(&text).with_context(|| format!("in {}", path.display()))
+    }
+
+    /// Parses and checks the text of a `config.json`.
+    pub fn from_json(text: &str) -> Result<Self> {
+        let raw: RawConfig =
+            serde_json::from_str(text).context("config.json is not a valid model config")?;
+        raw.into_config()
+    }
+
+    /// The invariants the forward pass relies on.
+    pub fn validate(&self) -> Result<()> {
+        let positive = [
+            ("hidden_size", self.hidden_size),
+            ("num_hidden_layers", self.num_hidden_layers),
+            ("num_attention_heads", self.num_attention_heads),
+            ("num_key_value_heads", self.num_key_value_heads),
+            ("head_dim", self.head_dim),
+            ("intermediate_size", self.intermediate_size),
+            ("vocab_size", self.vocab_size),
+            ("max_position_embeddings", self.max_position_embeddings),
+        ];
+        for (field, v) in positive {
+            if v == 0 {
+                bail!("config field `{field}` must be at least 1");
+            }
+        }
+        if !self
+            .num_attention_heads
+            .is_multiple_of(self.num_key_value_heads)
+        {
+            bail!(
+                "config: num_attention_heads ({}) is not a multiple of num_key_value_heads ({})",
+                self.num_attention_heads,
+                self.num_key_value_heads
+            );
+        }
+        if !self.head_dim.is_multiple_of(2) {
+            bail!(
+                "config: head_dim ({}) must be even for rotary embeddings",
+                self.head_dim
+            );
+        }
+        if !(self.rms_norm_eps > 0.0 && self.rms_norm_eps.is_finite()) {
+            bail!(
+                "config field `rms_norm_eps` must be a positive number, got {}",
+                self.rms_norm_eps
+            );
+        }
+        if !(self.rope_theta > 0.0 && self.rope_theta.is_finite()) {
+            bail!(
+                "config field `rope_theta` must be a positive number, got {}",
+                self.rope_theta
+            );
+        }
+        match self.rope_scaling {
+            RopeScaling::None => {}
+            RopeScaling::Linear { factor } => {
+                if !(factor > 0.0 && factor.is_finite()) {
+                    bail!("config: rope_scaling.factor must be positive, got {factor}");
+                }
+            }
+            RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position_embeddings,
+            } => {
+                if !(factor > 0.0
+                    && low_freq_factor > 0.0
+                    && high_freq_factor > low_freq_factor
+                    && original_max_position_embeddings > 0.0)
+                {
+                    bail!(
+                        "config: llama3 rope_scaling needs factor > 0, low_freq_factor > 0, \
+                         high_freq_factor > low_freq_factor and original_max_position_embeddings > 0 \
+                         (got {factor}, {low_freq_factor}, {high_freq_factor}, \
+                         {original_max_position_embeddings})"
+                    );
+                }
+            }
+        }
+        if let Some(&id) = self
+            .eos_token_ids
+            .iter()
+            .find(|&&id| id as usize >= self.vocab_size)
+        {
+            bail!(
+                "config: eos_token_id {id} is outside the vocabulary ({})",
+                self.vocab_size
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Token ids given as one integer or a list (both occur in the wild).
+#[derive(Deserialize, Clone, Debug)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(u32),
+    Many(Vec<u32>),
+}
+
+impl OneOrMany {
+    fn into_vec(self) -> Vec<u32> {
+        match self {
+            Self::One(x) => vec![x],
+            Self::Many(v) => v,
+        }
+    }
+}
+
+#[derive(Deserialize, Debug, Default)]
+struct RawRopeScaling {
+    #[serde(alias = "type")]
+    rope_type: Option<String>,
+    factor: Option<f64>,
+    low_freq_factor: Option<f64>,
+    high_freq_factor: Option<f64>,
+    original_max_position_embeddings: Option<f64>,
+    /// transformers 5 moves `rope_theta` into `rope_parameters`.
+    rope_theta: Option<f64>,
+}
+
+#[derive(Deserialize, Debug)]
+struct RawConfig {
+    architectures: Option<Vec<String>>,
+    model_type: Option<String>,
+    hidden_size: Option<usize>,
+    num_hidden_layers: Option<usize>,
+    num_attention_heads: Option<usize>,
+    num_key_value_heads: Option<usize>,
+    head_dim: Option<usize>,
+    intermediate_size: Option<usize>,
+    vocab_size: Option<usize>,
+    max_position_embeddings: Option<usize>,
+    rms_norm_eps: Option<f64>,
+    rope_theta: Option<f64>,
+    rope_scaling: Option<RawRopeScaling>,
+    rope_parameters: Option<RawRopeScaling>,
+    tie_word_embeddings: Option<bool>,
+    attention_bias: Option<bool>,
+    mlp_bias: Option<bool>,
+    hidden_act: Option<String>,
+    bos_token_id: Option<u32>,
+    eos_token_id: Option<OneOrMany>,
+    torch_dtype: Option<String>,
+    dtype: Option<String>,
+    sliding_window: Option<serde_json::Value>,
+    use_sliding_window: Option<bool>,
+}
+
+fn required(v: Option<usize>, field: &str) -> Result<usize> {
+    v.ok_or_else(|| anyhow!("config.json has no `{field}`"))
+}
+
+impl RawConfig {
+    fn into_config(self) -> Result<ModelConfig> {
+        let names = self.architectures.clone().unwrap_or_default();
+        let architecture = names
+            .iter()
+            .find_map(|n| Architecture::from_hf_name(n))
+            .or(match self.model_type.as_deref() {
+                Some("qwen2") if names.is_empty() => Some(Architecture::Qwen2),
+                Some("llama") | Some("mistral") if names.is_empty() => Some(Architecture::Llama),
+                _ => None,
+            })
+            .ok_or_else(|| {
+                anyhow!(
+                    "unsupported architecture {names:?} (model_type {:?}); supported: \
+                     Qwen2ForCausalLM, LlamaForCausalLM, MistralForCausalLM",
+                    self.model_type
+                )
+            })?;
+        if let Some(act) = &self.hidden_act {
+            if act != "silu" && act != "swish" {
+                bail!("config field `hidden_act` is {act:?}; only \"silu\" is supported");
+            }
+        }
+        let sliding_on = match architecture {
+            // Qwen2 only slides when `use_sliding_window` is set.
+            Architecture::Qwen2 => self.use_sliding_window.unwrap_or(false),
+            Architecture::Llama => true,
+        };
+        let max_position_embeddings =
+            required(self.max_position_embeddings, "max_position_embeddings")?;
+        if sliding_on {
+            if let Some(w) = self.sliding_window.as_ref().and_then(|v| v.as_u64()) {
+                if (w as usize) < max_position_embeddings {
+                    bail!(
+                        "config: sliding_window {w} < max_position_embeddings \
+                         {max_position_embeddings}: sliding-window attention is not supported"
+                    );
+                }
+            }
+        }
+
+        let hidden_size = required(self.hidden_size, "hidden_size")?;
+        let num_attention_heads = required(self.num_attention_heads, "num_attention_heads")?;
+        if num_attention_heads == 0 {
+            bail!("config field `num_attention_heads` must be at least 1");
+        }
+        let head_dim = match self.head_dim {
+            Some(d) => d,
+            None => {
+                if hidden_size % num_attention_heads != 0 {
+                    bail!(
+                        "config: hidden_size ({hidden_size}) is not a multiple of \
+                         num_attention_heads ({num_attention_heads}) and no head_dim is given"
+                    );
+                }
+                hidden_size / num_attention_heads
+            }
+        };
+
+        let params = self.rope_parameters.as_ref();
+        let rope_theta = self
+            .rope_theta
+            .or_else(|| params.and_then(|p| p.rope_theta))
+            .unwrap_or(10000.0);
+        let scaling = self.rope_scaling.as_ref().or(params);
+        let rope_scaling = match scaling {
+            None => RopeScaling::None,
+            Some(s) => parse_rope_scaling(s)?,
+        };
+
+        let checkpoint_dtype = match self.torch_dtype.as_deref().or(self.dtype.as_deref()) {
+            Some("float32") => Some(CheckpointDType::F32),
+            Some("bfloat16") => Some(CheckpointDType::Bf16),
+            Some("float16") => Some(CheckpointDType::F16),
+            _ => None,
+        };
+        let attention_bias = self.attention_bias.unwrap_or(false);
+        let config = ModelConfig {
+            architecture,
+            hidden_size,
+            num_hidden_layers: required(self.num_hidden_layers, "num_hidden_layers")?,
+            num_attention_heads,
+            num_key_value_heads: self.num_key_value_heads.unwrap_or(num_attention_heads),
+            head_dim,
+            intermediate_size: required(self.intermediate_size, "intermediate_size")?,
+            vocab_size: required(self.vocab_size, "vocab_size")?,
+            max_position_embeddings,
+            rms_norm_eps: self.rms_norm_eps.unwrap_or(1e-6),
+            rope_theta,
+            rope_scaling,
+            tie_word_embeddings: self.tie_word_embeddings.unwrap_or(false),
+            qkv_bias: architecture == Architecture::Qwen2 || attention_bias,
+            o_bias: architecture == Architecture::Llama && attention_bias,
+            mlp_bias: self.mlp_bias.unwrap_or(false),
+            bos_token_id: self.bos_token_id,
+            eos_token_ids: self
+                .eos_token_id
+                .map(OneOrMany::into_vec)
+                .unwrap_or_default(),
+            checkpoint_dtype,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+fn parse_rope_scaling(s: &RawRopeScaling) -> Result<RopeScaling> {
+    let need = |v: Option<f64>, field: &str| {
+        v.ok_or_else(|| anyhow!("config: rope_scaling has no `{field}`"))
+    };
+    match s.rope_type.as_deref() {
+        None | Some("default") => Ok(RopeScaling::None),
+        Some("linear") => Ok(RopeScaling::Linear {
+            factor: need(s.factor, "factor")?,
+        }),
+        Some("llama3") => Ok(RopeScaling::Llama3 {
+            factor: need(s.factor, "factor")?,
+            low_freq_factor: need(s.low_freq_factor, "low_freq_factor")?,
+            high_freq_factor: need(s.high_freq_factor, "high_freq_factor")?,
+            original_max_position_embeddings: need(
+                s.original_max_position_embeddings,
+                "original_max_position_embeddings",
+            )?,
+        }),
+        Some(other) => bail!(
+            "config: rope_scaling type {other:?} is not supported (supported: default, linear, llama3)"
+        ),
+    }
+}
+
+/// The parts of `generation_config.json` the engine uses.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GenerationConfig {
+    /// Every token that ends generation, primary EOS first.
+    pub eos_token_ids: Vec<u32>,
+    pub bos_token_id: Option<u32>,
+    pub pad_token_id: Option<u32>,
+    /// Default sampling settings the checkpoint recommends (vLLM applies
+    /// these when a request leaves them unset).
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub top_k: Option<i32>,
+    pub min_p: Option<f32>,
+    pub repetition_penalty: Option<f32>,
+}
+
+#[derive(Deserialize, Debug)]
+struct RawGenerationConfig {
+    bos_token_id: Option<u32>,
+    eos_token_id: Option<OneOrMany>,
+    pad_token_id: Option<u32>,
+    temperature: Option<f32>,
+    top_p: Option<f32>,
+    top_k: Option<i32>,
+    min_p: Option<f32>,
+    repetition_penalty: Option<f32>,
+}
+
+impl GenerationConfig {
+    /// What to use when a checkpoint has no `generation_config.json`: the
+    /// model config's EOS and BOS.
+    pub fn from_model_config(config: &ModelConfig) -> Self {
+        GenerationConfig {
+            eos_token_ids: config.eos_token_ids.clone(),
+            bos_token_id: config.bos_token_id,
+            ..Default::default()
+        }
+    }
+
+    pub fn from_json(text: &str) -> Result<Self> {
+        let raw: RawGenerationConfig =
+            serde_json::from_str(text).context("not a valid generation config")?;
+        Ok(GenerationConfig {
+            eos_token_ids: raw
+                .eos_token_id
+                .map(OneOrMany::into_vec)
+                .unwrap_or_default(),
+            bos_token_id: raw.bos_token_id,
+            pad_token_id: raw.pad_token_id,
+            temperature: raw.temperature,
+            top_p: raw.top_p,
+            top_k: raw.top_k,
+            min_p: raw.min_p,
+            repetition_penalty: raw.repetition_penalty,
+        })
+    }
+
+    /// Reads `<dir>/generation_config.json` if present; otherwise falls back
+    /// to the model config. EOS ids missing from the file are taken from the
+    /// model config too.
+    pub fn load(dir: &Path, config: &ModelConfig) -> Result<Self> {
+        let path = dir.join("generation_config.json");
+        if !path.exists() {
+            return Ok(Self::from_model_config(config));
+        }
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        let mut gen = Self::from_json(&text).with_context(|| format!("in {}", path.display()))?;
+        if gen.eos_token_ids.is_empty() {
+            gen.eos_token_ids = config.eos_token_ids.clone();
+        }
+        if gen.bos_token_id.is_none() {
+            gen.bos_token_id = config.bos_token_id;
+        }
+        Ok(gen)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const QWEN: &str = r#"{"architectures":["Qwen2ForCausalLM"],"hidden_size":64,
+        "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,
+        "intermediate_size":160,"vocab_size":1000,"max_position_embeddings":512,
+        "rms_norm_eps":1e-6,"rope_theta":10000.0,"tie_word_embeddings":true,
+        "eos_token_id":999,"sliding_window":512,"use_sliding_window":false}"#;
+
+    #[test]
+    fn parses_qwen2() {
+        let c = ModelConfig::from_json(QWEN).unwrap();
+        assert_eq!(c.architecture, Architecture::Qwen2);
+        assert_eq!(c.head_dim, 16);
+        assert!(c.qkv_bias && !c.o_bias);
+        assert_eq!(c.eos_token_ids, vec![999]);
+        assert_eq!(c.rope_scaling, RopeScaling::None);
+    }
+
+    #[test]
+    fn rejects_unknown_architecture_by_name() {
+        let text = QWEN.replace("Qwen2ForCausalLM", "GPT2LMHeadModel");
+        let e = format!("{:#}", ModelConfig::from_json(&text).unwrap_err());
+        assert!(e.contains("GPT2LMHeadModel"), "{e}");
+    }
+
+    #[test]
+    fn rejects_bad_grouping_and_names_fields() {
+        let text = QWEN.replace("\"num_key_value_heads\":2", "\"num_key_value_heads\":3");
+        let e = format!("{:#}", ModelConfig::from_json(&text).unwrap_err());
+        assert!(e.contains("num_key_value_heads"), "{e}");
+        let text = QWEN.replace("\"vocab_size\":1000,", "");
+        let e = format!("{:#}", ModelConfig::from_json(&text).unwrap_err());
+        assert!(e.contains("vocab_size"), "{e}");
+    }
+
+    #[test]
+    fn parses_llama3_scaling_and_eos_list() {
+        let text = r#"{"architectures":["LlamaForCausalLM"],"hidden_size":64,
+            "num_hidden_layers":2,"num_attention_heads":8,"num_key_value_heads":4,
+            "head_dim":8,"intermediate_size":192,"vocab_size":1024,
+            "max_position_embeddings":512,"eos_token_id":[1021,1023],
+            "rope_scaling":{"factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,
+            "original_max_position_embeddings":64,"rope_type":"llama3"}}"#;
+        let c = ModelConfig::from_json(text).unwrap();
+        assert_eq!(c.eos_token_ids, vec![1021, 1023]);
+        assert!(matches!(c.rope_scaling, RopeScaling::Llama3 { factor, .. } if factor == 8.0));
+        let yarn = text.replace("llama3", "yarn");
+        let e = format!("{:#}", ModelConfig::from_json(&yarn).unwrap_err());
+        assert!(e.contains("yarn"), "{e}");
+    }
+
+    #[test]
+    fn mistral_sliding_window_is_refused() {
+        let text = r#"{"architectures":["MistralForCausalLM"],"hidden_size":64,
+            "num_hidden_layers":1,"num_attention_heads":4,"intermediate_size":8,
+            "vocab_size":10,"max_position_embeddings":32768,"sliding_window":4096}"#;
+        let e = format!("{:#}", ModelConfig::from_json(text).unwrap_err());
+        assert!(e.contains("sliding_window"), "{e}");
+        let ok = text.replace("4096", "null");
+        assert_eq!(
+            ModelConfig::from_json(&ok).unwrap().architecture,
+            Architecture::Llama
+        );
+    }
+
+    #[test]
+    fn generation_config_eos_forms() {
+        let g = GenerationConfig::from_json(r#"{"eos_token_id":[5,6],"top_k":20}"#).unwrap();
+        assert_eq!(g.eos_token_ids, vec![5, 6]);
+        assert_eq!(g.top_k, Some(20));
+        let g = GenerationConfig::from_json(r#"{"eos_token_id":7}"#).unwrap();
+        assert_eq!(g.eos_token_ids, vec![7]);
+    }
+}

@@ -12,3 +12,5 @@ pub mod runner;
 pub mod sampling;
 pub mod tokenizer;
 pub mod weights;
+
+pub use model::{load_dummy, load_model, DType, LoadFormat, LoadedModel, ModelSpec};

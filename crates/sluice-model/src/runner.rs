@@ -1,1 +1,327 @@
-//! (in progress)
+//! `ModelRunner`: turns each `SchedulerOutput` into one forward pass and a
+//! `ModelRunnerOutput`.
+//!
+//! Data flow of `execute`:
+//! 1. update the persistent request states from the step's deltas
+//!    (finished → dropped; new → created; cached → progress and appended
+//!    blocks; resumed → block table replaced). Preempted requests keep their
+//!    state — tokens and, above all, the sampler with its seeded generator —
+//!    so a recomputed request continues exactly where it stopped;
+//! 2. build one flattened batch in scheduling order (input ids, positions,
+//!    slot mapping, per-request query start / length / context length and
+//!    block table), mixing prefill chunks and decodes;
+//! 3. run the model; attention writes the step's K/V at the slot mapping
+//!    and reads through the block tables;
+//! 4. compute logits only for requests whose computed tokens reach all their
+//!    known tokens after this step (plus prompt rows of requests that asked
+//!    for prompt logprobs), sample, append each sampled token to the
+//!    runner's own copy of the request, and report it.
+//!
+//! Promises: a malformed `SchedulerOutput` (unknown request, block id
+//! outside the pool, tokens scheduled past what is known) is an error, never
+//! a panic; after a warm-up step a decode step allocates only the output it
+//! returns.
+
+mod state;
+
+use self::state::RequestState;
+use crate::kv_cache::{KvCache, KvCacheConfig};
+use crate::model::{ForwardBatch, LoadedModel, Model, Workspace};
+use crate::sampling::{prompt_logprobs, RequestSampler};
+use anyhow::{anyhow, bail, Result};
+use sluice_core::output::PromptLogprobs;
+use sluice_core::{ModelRunnerOutput, RequestId, SampleLogprobs, SchedulerOutput};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Prompt rows whose logits are computed at once for prompt logprobs
+/// (bounds the logits buffer at `rows × vocab`).
+const PROMPT_LOGITS_CHUNK: usize = 64;
+
+/// What one scheduled request contributes to the current step.
+#[derive(Clone, Copy, Debug)]
+struct StepEntry {
+    /// Row in the logits of the sampling rows, if the request samples.
+    sample_row: Option<usize>,
+    /// First and end prompt position whose next-token logprobs this step
+    /// reports (empty range when none).
+    prompt_lp: (usize, usize),
+    /// Index of the first prompt-logprob row in `ForwardBatch::logits_rows`.
+    prompt_lp_row: usize,
+}
+
+/// Executes scheduler steps on one model with one paged KV cache.
+pub struct ModelRunner {
+    model: Arc<Model>,
+    kv: KvCache,
+    kv_config: KvCacheConfig,
+    requests: HashMap<RequestId, RequestState>,
+    /// Draws default seeds for requests without one.
+    seed_state: u64,
+    batch: ForwardBatch,
+    workspace: Workspace,
+    entries: Vec<StepEntry>,
+    logits: Vec<f32>,
+    hidden: Vec<f32>,
+}
+
+impl ModelRunner {
+    /// A runner over `loaded` with a KV cache of `kv_config` (allocated
+    /// lazily: pages are committed as blocks are first written).
+    pub fn new(loaded: &LoadedModel, kv_config: KvCacheConfig) -> Result<Self> {
+        let kv = KvCache::new(&loaded.config, kv_config)?;
+        Ok(ModelRunner {
+            model: loaded.model.clone(),
+            kv,
+            kv_config,
+            requests: HashMap::new(),
+            seed_state: 0,
+            batch: ForwardBatch::default(),
+            workspace: Workspace::default(),
+            entries: Vec::new(),
+            logits: Vec::new(),
+            hidden: Vec::new(),
+        })
+    }
+
+    /// Seeds the generator that picks a seed for each request that brings
+    /// none.
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.seed_state = seed;
+        self
+    }
+
+    /// Blocks in the pool, null block included: the scheduler's
+    /// `num_gpu_blocks`.
+    pub fn num_kv_blocks(&self) -> usize {
+        self.kv_config.num_blocks
+    }
+
+    pub fn block_size(&self) -> usize {
+        self.kv_config.block_size
+    }
+
+    pub fn model(&self) -> &Arc<Model> {
+        &self.model
+    }
+
+    /// Requests whose state the runner holds (running and preempted).
+    pub fn num_requests(&self) -> usize {
+        self.requests.len()
+    }
+
+    fn next_default_seed(&mut self) -> u64 {
+        // splitmix64 step
+        self.seed_state = self.seed_state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.seed_state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Runs one scheduler step.
+    pub fn execute(&mut self, so: &SchedulerOutput) -> Result<ModelRunnerOutput> {
+        self.update_states(so)?;
+        let mut out = ModelRunnerOutput::with_capacity(so.num_scheduled_tokens.len());
+        if so.num_scheduled_tokens.is_empty() {
+            return Ok(out);
+        }
+        let num_sample_rows = self.build_batch(so)?;
+        let vocab = self.model.config.vocab_size;
+        let hidden_size = self.model.config.hidden_size;
+
+        let hidden = self
+            .model
+            .forward_hidden(&self.batch, &mut self.kv, &mut self.workspace)?;
+        // Keep the final hidden rows: computing logits reuses the buffers.
+        self.hidden.clear();
+        self.hidden.extend_from_slice(hidden);
+        self.model.compute_logits(
+            &self.hidden[..num_sample_rows * hidden_size],
+            num_sample_rows,
+            &mut self.logits,
+        );
+
+        let any_logprobs = so
+            .num_scheduled_tokens
+            .iter()
+            .zip(&self.entries)
+            .any(|(s, e)| {
+                e.sample_row.is_some() && self.requests[&s.req_id].params.logprobs.is_some()
+            });
+        let mut logprobs: Option<Vec<Option<SampleLogprobs>>> =
+            any_logprobs.then(|| Vec::with_capacity(num_sample_rows));
+        for (sched, entry) in so.num_scheduled_tokens.iter().zip(&self.entries) {
+            let state = self
+                .requests
+                .get_mut(&sched.req_id)
+                .ok_or_else(|| anyhow!("request {} vanished during the step", sched.req_id))?;
+            state.num_computed_tokens += sched.num_tokens;
+            let Some(row) = entry.sample_row else {
+                out.push(&[]);
+                continue;
+            };
+            let row_logits = &mut self.logits[row * vocab..(row + 1) * vocab];
+            let sampled = state.sample(row_logits);
+            out.push(&[sampled.token]);
+            if let Some(lp) = logprobs.as_mut() {
+                lp.push(sampled.logprobs);
+            }
+        }
+        out.logprobs = logprobs;
+        out.prompt_logprobs = self.prompt_logprobs(so, num_sample_rows)?;
+        Ok(out)
+    }
+
+    /// Step 1: apply finished / new / cached / resumed deltas.
+    fn update_states(&mut self, so: &SchedulerOutput) -> Result<()> {
+        for id in &so.finished_req_ids {
+            self.requests.remove(id);
+        }
+        let num_blocks = self.kv_config.num_blocks;
+        for new in &so.scheduled_new_reqs {
+            check_blocks(&new.req_id, &new.block_ids, num_blocks)?;
+            let seed = self.next_default_seed();
+            let sampler =
+                RequestSampler::new(new.sampling_params.clone(), &new.prompt_token_ids, seed);
+            self.requests
+                .insert(new.req_id.clone(), RequestState::new(new, sampler));
+        }
+        let cached = &so.scheduled_cached_reqs;
+        for (i, c) in cached.reqs.iter().enumerate() {
+            let state = self.requests.get_mut(&c.req_id).ok_or_else(|| {
+                anyhow!(
+                    "scheduler output refers to request {} which the runner never received \
+                     as new (or already finished)",
+                    c.req_id
+                )
+            })?;
+            let new_blocks = cached.new_block_ids(i).unwrap_or(&[]);
+            check_blocks(&c.req_id, new_blocks, num_blocks)?;
+            state.apply_cached(c, new_blocks)?;
+        }
+        Ok(())
+    }
+
+    /// Step 2: the flattened batch and which rows need logits. Returns the
+    /// number of sampling rows (they come first in `logits_rows`).
+    fn build_batch(&mut self, so: &SchedulerOutput) -> Result<usize> {
+        let bs = self.kv_config.block_size;
+        self.batch.clear();
+        self.entries.clear();
+        let mut num_sample_rows = 0;
+        for sched in &so.num_scheduled_tokens {
+            let state = self.requests.get(&sched.req_id).ok_or_else(|| {
+                anyhow!(
+                    "request {} is scheduled but unknown to the runner",
+                    sched.req_id
+                )
+            })?;
+            let start = state.num_computed_tokens;
+            let end = start + sched.num_tokens;
+            if end > state.token_ids.len() {
+                bail!(
+                    "request {}: {} tokens scheduled from position {start}, but only {} are known \
+                     (speculative decoding is not supported)",
+                    sched.req_id,
+                    sched.num_tokens,
+                    state.token_ids.len()
+                );
+            }
+            let first_row = self
+                .batch
+                .push_seq(&state.token_ids[start..end], start, &state.block_table, bs)
+                .map_err(|e| anyhow!("request {}: {e}", sched.req_id))?;
+            let samples = end == state.token_ids.len();
+            let sample_row = samples.then(|| {
+                self.batch
+                    .logits_rows
+                    .push(first_row + sched.num_tokens - 1);
+                num_sample_rows += 1;
+                num_sample_rows - 1
+            });
+            // Prompt positions p in this chunk whose next token is a prompt
+            // token (p + 1 < prompt length) and not yet reported.
+            let prompt_lp = if state.params.prompt_logprobs.is_some() {
+                let lo = start.max(state.num_prompt_logprobs_done);
+                let hi = end.min(state.num_prompt_tokens.saturating_sub(1));
+                (lo, hi.max(lo))
+            } else {
+                (start, start)
+            };
+            self.entries.push(StepEntry {
+                sample_row,
+                prompt_lp,
+                // A batch row for now; turned into a logits row below.
+                prompt_lp_row: first_row + (prompt_lp.0 - start),
+            });
+        }
+        // Prompt-logprob rows follow the sampling rows.
+        for e in &mut self.entries {
+            let (lo, hi) = e.prompt_lp;
+            let batch_row = e.prompt_lp_row;
+            e.prompt_lp_row = self.batch.logits_rows.len();
+            self.batch
+                .logits_rows
+                .extend(batch_row..batch_row + (hi - lo));
+        }
+        Ok(num_sample_rows)
+    }
+
+    /// Step 4b: prompt logprobs for the prompt rows of this step, computed in
+    /// bounded chunks of rows.
+    fn prompt_logprobs(
+        &mut self,
+        so: &SchedulerOutput,
+        num_sample_rows: usize,
+    ) -> Result<Vec<PromptLogprobs>> {
+        let mut result = Vec::new();
+        if self.batch.logits_rows.len() == num_sample_rows {
+            return Ok(result);
+        }
+        let vocab = self.model.config.vocab_size;
+        let h = self.model.config.hidden_size;
+        for (sched, entry) in so.num_scheduled_tokens.iter().zip(&self.entries) {
+            let (lo, hi) = entry.prompt_lp;
+            if lo == hi {
+                continue;
+            }
+            let state = self
+                .requests
+                .get_mut(&sched.req_id)
+                .ok_or_else(|| anyhow!("request {} vanished during the step", sched.req_id))?;
+            let top_n = state.params.prompt_logprobs.unwrap_or(0);
+            let mut positions = Vec::with_capacity(hi - lo);
+            let mut p = lo;
+            while p < hi {
+                let n = (hi - p).min(PROMPT_LOGITS_CHUNK);
+                let row = entry.prompt_lp_row + (p - lo);
+                self.model.compute_logits(
+                    &self.hidden[row * h..(row + n) * h],
+                    n,
+                    &mut self.logits,
+                );
+                positions.extend(prompt_logprobs(
+                    &self.logits[..n * vocab],
+                    vocab,
+                    &state.token_ids[p + 1..p + 1 + n],
+                    top_n,
+                ));
+                p += n;
+            }
+            state.num_prompt_logprobs_done = hi;
+            result.push(PromptLogprobs {
+                req_id: sched.req_id.clone(),
+                positions,
+            });
+        }
+        Ok(result)
+    }
+}
+
+fn check_blocks(req_id: &str, blocks: &[u32], num_blocks: usize) -> Result<()> {
+    if let Some(&b) = blocks.iter().find(|&&b| b as usize >= num_blocks) {
+        bail!("request {req_id}: block id {b} is outside the KV cache ({num_blocks} blocks)");
+    }
+    Ok(())
+}

@@ -1,0 +1,157 @@
+//! `load_model`: from a `ModelSpec` (a Hugging Face directory or a built-in
+//! config, real or dummy weights, a dtype) to a `LoadedModel`.
+//!
+//! Promises: every user mistake — no model named, both named, a missing
+//! `config.json` or weights file, an unsupported architecture, a missing or
+//! misshapen tensor — comes back as an error naming the file or tensor.
+
+use super::Model;
+use crate::config::{CheckpointDType, GenerationConfig, ModelConfig};
+use crate::weights::{DummySource, SafetensorsSource, WeightDType};
+use anyhow::{bail, Context, Result};
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::Arc;
+
+/// Where the weights come from (vLLM's `--load-format`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LoadFormat {
+    /// The checkpoint's safetensors files.
+    #[default]
+    Auto,
+    /// Random weights of the config's shape, deterministic from the seed.
+    Dummy,
+}
+
+impl FromStr for LoadFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" | "safetensors" => Ok(Self::Auto),
+            "dummy" => Ok(Self::Dummy),
+            other => Err(format!(
+                "unknown load format {other:?} (expected \"auto\", \"safetensors\" or \"dummy\")"
+            )),
+        }
+    }
+}
+
+/// The dtype linear weights are held in (`--dtype`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DType {
+    /// The checkpoint's own: bf16 stays bf16, f16 becomes bf16 (there is no
+    /// f16 kernel), f32 stays f32.
+    #[default]
+    Auto,
+    F32,
+    Bf16,
+}
+
+impl FromStr for DType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "f32" | "float32" | "float" => Ok(Self::F32),
+            "bf16" | "bfloat16" => Ok(Self::Bf16),
+            other => Err(format!(
+                "unknown dtype {other:?} (expected \"auto\", \"f32\" or \"bf16\")"
+            )),
+        }
+    }
+}
+
+impl DType {
+    fn resolve(self, checkpoint: Option<CheckpointDType>) -> WeightDType {
+        match self {
+            DType::F32 => WeightDType::F32,
+            DType::Bf16 => WeightDType::Bf16,
+            DType::Auto => match checkpoint {
+                Some(CheckpointDType::Bf16) | Some(CheckpointDType::F16) => WeightDType::Bf16,
+                Some(CheckpointDType::F32) | None => WeightDType::F32,
+            },
+        }
+    }
+}
+
+/// What to load.
+#[derive(Clone, Debug, Default)]
+pub struct ModelSpec {
+    /// A Hugging Face model directory.
+    pub dir: Option<PathBuf>,
+    /// A built-in config name (see `builtin::NAMES`); dummy weights only.
+    pub builtin: Option<String>,
+    pub load_format: LoadFormat,
+    pub dtype: DType,
+    /// Seed of dummy weights.
+    pub seed: u64,
+}
+
+/// A model ready to run, with the configs the engine needs around it.
+#[derive(Clone)]
+pub struct LoadedModel {
+    pub config: ModelConfig,
+    pub generation_config: GenerationConfig,
+    pub model: Arc<Model>,
+    /// The directory it came from (for the tokenizer), if any.
+    pub dir: Option<PathBuf>,
+}
+
+/// Loads the model `spec` names.
+pub fn load_model(spec: &ModelSpec) -> Result<LoadedModel> {
+    match (&spec.dir, &spec.builtin) {
+        (Some(_), Some(_)) => bail!("give either a model directory or a built-in model, not both"),
+        (None, None) => bail!("no model given: pass a model directory or a built-in model name"),
+        (None, Some(name)) => {
+            if spec.load_format != LoadFormat::Dummy {
+                bail!(
+                    "built-in model {name:?} has no weights files; use it with --load-format dummy"
+                );
+            }
+            let (config, generation) = crate::builtin::config(name)?;
+            load_dummy(config, generation, spec.dtype, spec.seed)
+        }
+        (Some(dir), None) => {
+            if !dir.is_dir() {
+                bail!("model directory {} does not exist", dir.display());
+            }
+            let config = ModelConfig::from_file(&dir.join("config.json"))?;
+            let generation = GenerationConfig::load(dir, &config)?;
+            let mut loaded = match spec.load_format {
+                LoadFormat::Dummy => load_dummy(config, generation, spec.dtype, spec.seed)?,
+                LoadFormat::Auto => {
+                    let source = SafetensorsSource::open(dir)?;
+                    let dtype = spec.dtype.resolve(config.checkpoint_dtype);
+                    let model = Model::load(&config, &source, dtype)
+                        .with_context(|| format!("loading the model in {}", dir.display()))?;
+                    LoadedModel {
+                        config,
+                        generation_config: generation,
+                        model: Arc::new(model),
+                        dir: None,
+                    }
+                }
+            };
+            loaded.dir = Some(dir.clone());
+            Ok(loaded)
+        }
+    }
+}
+
+/// A model of `config`'s shape with deterministic random weights (for
+/// benchmarks: a built-in config with, say, its vocabulary changed).
+pub fn load_dummy(
+    config: ModelConfig,
+    generation_config: GenerationConfig,
+    dtype: DType,
+    seed: u64,
+) -> Result<LoadedModel> {
+    let dtype = dtype.resolve(config.checkpoint_dtype);
+    let model = Model::load(&config, &DummySource::new(seed), dtype)?;
+    Ok(LoadedModel {
+        config,
+        generation_config,
+        model: Arc::new(model),
+        dir: None,
+    })
+}
