@@ -26,11 +26,14 @@ use sluice_core::{
 use sluice_model::tokenizer::Tokenizer;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::watch;
+
+/// How long the loop pauses after a step that could schedule nothing.
+const STALL_WAIT: Duration = Duration::from_millis(5);
 
 /// One caller request: `n` scheduler requests ("children") sharing a
 /// stream.
@@ -75,6 +78,9 @@ pub struct EngineCore {
     shutdown: Option<ShutdownMode>,
     /// Every handle and stream is gone: nobody can send anything again.
     disconnected: bool,
+    /// The last step scheduled no token (requests wait for blocks that no
+    /// running request will free soon): the loop pauses instead of spinning.
+    stalled: bool,
 }
 
 impl EngineCore {
@@ -87,6 +93,22 @@ impl EngineCore {
     ) -> Result<(EngineCore, Engine), EngineError> {
         config.scheduler.num_gpu_blocks = executor.num_kv_blocks();
         config.scheduler.validate()?;
+        // vLLM refuses to start when one sequence of max_model_len tokens
+        // cannot fit in the pool: such a request would be preempted forever.
+        let sc = &config.scheduler;
+        let capacity = sc.num_gpu_blocks.saturating_sub(1) * sc.block_size;
+        if capacity < sc.max_model_len {
+            return Err(EngineError::Invalid(sluice_core::FieldError::new(
+                "max_model_len",
+                format!(
+                    "({}) is larger than the KV cache can hold ({capacity} tokens in {} blocks \
+                     of {}); lower max_model_len or give the KV cache more memory / blocks",
+                    sc.max_model_len,
+                    sc.num_gpu_blocks.saturating_sub(1),
+                    sc.block_size
+                ),
+            )));
+        }
         let scheduler = Scheduler::new(config.scheduler.clone())?;
         let stats = StatsCollector::new(
             config.scheduler.num_gpu_blocks,
@@ -121,6 +143,7 @@ impl EngineCore {
             started: Instant::now(),
             shutdown: None,
             disconnected: false,
+            stalled: false,
         };
         Ok((core, engine))
     }
@@ -172,6 +195,15 @@ impl EngineCore {
                     Err(_) => self.disconnected = true,
                 }
                 continue;
+            }
+            if self.stalled {
+                // Nothing could run last step; wait a little for an abort
+                // or a new request rather than spin.
+                match self.commands.recv_timeout(STALL_WAIT) {
+                    Ok(cmd) => self.handle(cmd),
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Err(RecvTimeoutError::Disconnected) => self.disconnected = true,
+                }
             }
             self.step();
         }
@@ -294,6 +326,7 @@ impl EngineCore {
 
     fn run_step(&mut self) {
         let sched_out = self.scheduler.schedule();
+        self.stalled = sched_out.is_empty() && sched_out.finished_req_ids.is_empty();
         let now = Instant::now();
         for new in &sched_out.scheduled_new_reqs {
             if let Some(c) = self.children.get_mut(&new.req_id) {
