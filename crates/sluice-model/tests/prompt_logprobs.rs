@@ -47,7 +47,9 @@ fn prompt_logprobs_match_full_forward_and_ignore_chunking() {
     let vocab = f.loaded.config.vocab_size;
     let mut kv = KvCache::new(&f.loaded.config, KvCacheConfig::new(16, 8)).unwrap();
     let mut batch = ForwardBatch::default();
-    batch.push_seq(prompt, 0, &[1, 2, 3, 4, 5, 6, 7], 16).unwrap();
+    batch
+        .push_seq(prompt, 0, &[1, 2, 3, 4, 5, 6, 7], 16)
+        .unwrap();
     batch.logits_rows.extend(0..n - 1);
     let logits = f.loaded.model.forward(&batch, &mut kv).unwrap();
     let want: Vec<f32> = logits
@@ -55,7 +57,12 @@ fn prompt_logprobs_match_full_forward_and_ignore_chunking() {
         .zip(&prompt[1..])
         .map(|(row, &next)| {
             let max = row.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x)) as f64;
-            let lse = max + row.iter().map(|&x| (x as f64 - max).exp()).sum::<f64>().ln();
+            let lse = max
+                + row
+                    .iter()
+                    .map(|&x| (x as f64 - max).exp())
+                    .sum::<f64>()
+                    .ln();
             (row[next as usize] as f64 - lse) as f32
         })
         .collect();
@@ -66,7 +73,10 @@ fn prompt_logprobs_match_full_forward_and_ignore_chunking() {
         for (i, ((tok, lp, top), w)) in got.iter().zip(&want).enumerate() {
             assert_eq!(*tok, prompt[i + 1]);
             assert_eq!(*top, 3);
-            assert!((lp - w).abs() <= ATOL, "chunk {chunk} position {i}: {lp} vs {w}");
+            assert!(
+                (lp - w).abs() <= ATOL,
+                "chunk {chunk} position {i}: {lp} vs {w}"
+            );
         }
     }
 }
