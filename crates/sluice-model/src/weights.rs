@@ -442,7 +442,7 @@ mod tests {
 
     #[test]
     fn conversion_rounds_to_bf16() {
-        let bytes: Vec<u8> = [1.0f32, 1.003_906_25, 1.004]
+        let bytes: Vec<u8> = [1.0f32, 1.0 + 1.0 / 256.0, 1.004]
             .iter()
             .flat_map(|x| x.to_le_bytes())
             .collect();
