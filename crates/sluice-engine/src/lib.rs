@@ -12,7 +12,7 @@
 //! - [`EngineCore`]: the synchronous step loop, run on a dedicated OS thread
 //!   by `Engine::start`, or driven step by step.
 //! - [`Executor`]: what computes tokens; [`ScriptedExecutor`] is a
-//!   deterministic fake model for tests, the model executor wraps
+//!   deterministic fake model for tests, [`ModelExecutor`] wraps
 //!   sluice-model's `ModelRunner`.
 //!
 //! Typical use from an async server:
@@ -46,7 +46,7 @@ pub mod stream;
 pub use crate::core::EngineCore;
 pub use engine::{Engine, EngineConfig, ShutdownMode};
 pub use error::EngineError;
-pub use executor::{Executor, ScriptedExecutor, SeqView};
+pub use executor::{Executor, KvCacheSize, ModelExecutor, ScriptedExecutor, SeqView};
 pub use request::{Finished, GenerateRequest, RequestOutput, StopReason, Usage};
 pub use sluice_core::{
     FieldError, FinishReason, SampleLogprobs, SamplingParams, SchedulerConfig, SchedulingPolicy,

@@ -7,11 +7,12 @@
 //! tells the engine how many blocks its pool holds.
 //!
 //! Implementations: `ScriptedExecutor` (a deterministic fake model for
-//! tests and tools) and, on top of sluice-model's `ModelRunner`, the model
-//! executor.
+//! tests and tools) and `ModelExecutor` (sluice-model's `ModelRunner`).
 
+pub mod model;
 pub mod scripted;
 
+pub use model::{KvCacheSize, ModelExecutor};
 pub use scripted::{ScriptedExecutor, SeqView};
 
 use sluice_core::{ModelRunnerOutput, SchedulerOutput};
