@@ -1,0 +1,126 @@
+//! The small endpoints: models, health, readiness, version, tokenize,
+//! detokenize, metrics.
+
+use crate::error::ApiError;
+use crate::protocol::{
+    DetokenizeRequest, DetokenizeResponse, ModelCard, ModelList, TokenizeRequest, TokenizeResponse,
+};
+use crate::state::AppState;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+
+pub async fn models(State(state): State<AppState>) -> Json<ModelList> {
+    Json(ModelList {
+        object: "list",
+        data: vec![ModelCard {
+            id: state.inner.model_name.clone(),
+            object: "model",
+            created: state.inner.started,
+            owned_by: "sluice",
+            max_model_len: state.inner.max_model_len,
+        }],
+    })
+}
+
+/// Alive: the engine thread runs.
+pub async fn health(State(state): State<AppState>) -> Response {
+    if state.engine().is_alive() {
+        StatusCode::OK.into_response()
+    } else {
+        ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            message: "the engine has stopped".into(),
+            kind: "service_unavailable",
+            param: None,
+            retry_after: None,
+        }
+        .into_response()
+    }
+}
+
+/// Ready: the model is loaded and the engine accepts requests.
+pub async fn ready(State(state): State<AppState>) -> Response {
+    let e = state.engine();
+    if e.is_alive() && e.is_accepting() {
+        Json(serde_json::json!({"status": "ready", "model": state.inner.model_name}))
+            .into_response()
+    } else {
+        ApiError::overloaded("the engine is not accepting requests", 5).into_response()
+    }
+}
+
+pub async fn version() -> Json<serde_json::Value> {
+    Json(serde_json::json!({"version": env!("CARGO_PKG_VERSION")}))
+}
+
+pub async fn tokenize(
+    State(state): State<AppState>,
+    body: Bytes,
+) -> Result<Json<TokenizeResponse>, ApiError> {
+    let req: TokenizeRequest = crate::json::parse(&body)?;
+    state.check_model(req.model.as_deref())?;
+    let tok = state.engine().tokenizer();
+    let tokens = match (&req.prompt, &req.messages) {
+        (Some(p), None) => tok
+            .encode(p, req.add_special_tokens.unwrap_or(true))
+            .map_err(|e| ApiError::invalid("prompt", format!("cannot tokenize: {e}")))?,
+        (None, Some(m)) => {
+            let messages = crate::chat::template_messages(m)?;
+            tok.encode_chat(&messages, req.add_generation_prompt.unwrap_or(true))
+                .map_err(|e| {
+                    ApiError::invalid("messages", format!("cannot apply the chat template: {e}"))
+                })?
+        }
+        _ => {
+            return Err(ApiError::invalid(
+                "prompt",
+                "give exactly one of prompt or messages",
+            ))
+        }
+    };
+    Ok(Json(TokenizeResponse {
+        count: tokens.len(),
+        max_model_len: state.inner.max_model_len,
+        tokens,
+    }))
+}
+
+pub async fn detokenize(
+    State(state): State<AppState>,
+    body: Bytes,
+) -> Result<Json<DetokenizeResponse>, ApiError> {
+    let req: DetokenizeRequest = crate::json::parse(&body)?;
+    state.check_model(req.model.as_deref())?;
+    let tok = state.engine().tokenizer();
+    let vocab = tok.vocab_size();
+    if let Some((i, t)) = req
+        .tokens
+        .iter()
+        .enumerate()
+        .find(|(_, &t)| t as usize >= vocab)
+    {
+        return Err(ApiError::invalid(
+            format!("tokens[{i}]"),
+            format!("token id {t} is outside the vocabulary ({vocab})"),
+        ));
+    }
+    let prompt = tok
+        .decode(&req.tokens, false)
+        .map_err(|e| ApiError::invalid("tokens", format!("cannot detokenize: {e}")))?;
+    Ok(Json(DetokenizeResponse { prompt }))
+}
+
+pub async fn metrics(State(state): State<AppState>) -> Response {
+    let text = crate::metrics::render(&state.engine().stats(), &state.inner.model_name);
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}

@@ -1,0 +1,67 @@
+//! What every handler shares: the engine handle and the served model's
+//! identity.
+
+use sluice_engine::Engine;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+#[derive(Clone)]
+pub struct AppState {
+    pub inner: Arc<Inner>,
+}
+
+pub struct Inner {
+    pub engine: Engine,
+    /// The name clients pass as `model`.
+    pub model_name: String,
+    pub max_model_len: usize,
+    /// Unix time the server started (the model card's `created`).
+    pub started: u64,
+    next_id: AtomicU64,
+}
+
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+impl AppState {
+    pub fn new(engine: Engine, model_name: String, max_model_len: usize) -> Self {
+        AppState {
+            inner: Arc::new(Inner {
+                engine,
+                model_name,
+                max_model_len,
+                started: unix_now(),
+                next_id: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.inner.engine
+    }
+
+    /// A fresh response id with the given prefix (`cmpl`, `chatcmpl`).
+    pub fn new_id(&self, prefix: &str) -> String {
+        let n = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        format!("{prefix}-{:x}{n:06x}", self.inner.started)
+    }
+
+    /// Checks the request's `model` against the served one.
+    pub fn check_model(&self, model: Option<&str>) -> Result<(), crate::error::ApiError> {
+        match model {
+            None => Ok(()),
+            Some(m) if m == self.inner.model_name => Ok(()),
+            Some(m) => Err(crate::error::ApiError::invalid(
+                "model",
+                format!(
+                    "The model `{m}` does not exist; this server serves `{}`.",
+                    self.inner.model_name
+                ),
+            )),
+        }
+    }
+}

@@ -1,0 +1,90 @@
+//! Submitting prompts to the engine and reading their outputs back, shared
+//! by the completions and chat endpoints.
+//!
+//! One engine request per prompt; choice `i` of prompt `p` is choice
+//! `p * n + i` of the response, as in vLLM. Dropping the returned streams
+//! aborts whatever is still running (a client that disconnects mid-stream
+//! frees its KV blocks at once).
+
+use crate::error::ApiError;
+use futures::stream::{self, BoxStream, StreamExt};
+use sluice_engine::{Engine, EngineError, GenerateRequest, RequestOutput, SamplingParams, Usage};
+
+pub fn engine_error(e: EngineError) -> ApiError {
+    match e {
+        EngineError::Invalid(f) => ApiError::invalid(f.field, f.to_string()),
+        EngineError::Overloaded { .. } => ApiError::overloaded(e.to_string(), 1),
+        EngineError::ShuttingDown => ApiError::overloaded(e.to_string(), 5),
+        EngineError::Dead => ApiError::internal(e.to_string()),
+    }
+}
+
+/// What a merged response stream yields.
+pub enum Event {
+    /// An output of prompt `prompt`'s completion `out.index`.
+    Output { prompt: usize, out: RequestOutput },
+    /// Prompt `prompt` finished all its completions.
+    Done { prompt: usize, usage: Usage },
+}
+
+/// Submits every prompt with the same parameters; fails (and aborts the ones
+/// already submitted) if any is refused.
+pub fn submit(
+    engine: &Engine,
+    id: &str,
+    prompts: Vec<Vec<u32>>,
+    params: &SamplingParams,
+    priority: i64,
+) -> Result<BoxStream<'static, Event>, ApiError> {
+    let mut streams = Vec::with_capacity(prompts.len());
+    let many = prompts.len() > 1;
+    for (p, prompt) in prompts.into_iter().enumerate() {
+        let mut req = GenerateRequest::new(prompt, params.clone());
+        req.priority = priority;
+        req.request_id = Some(if many {
+            format!("{id}-{p}")
+        } else {
+            id.to_string()
+        });
+        let s = engine.generate(req).map_err(engine_error)?;
+        let events = stream::unfold(Some(s), move |state| async move {
+            let mut s = state?;
+            match s.next().await {
+                Some(out) => Some((Event::Output { prompt: p, out }, Some(s))),
+                None => {
+                    let usage = s.usage();
+                    Some((Event::Done { prompt: p, usage }, None))
+                }
+            }
+        });
+        streams.push(events.boxed());
+    }
+    Ok(stream::select_all(streams).boxed())
+}
+
+/// Adds one prompt's usage into the response total.
+pub fn add_usage(total: &mut Usage, u: &Usage) {
+    total.prompt_tokens += u.prompt_tokens;
+    total.completion_tokens += u.completion_tokens;
+    total.cached_tokens += u.cached_tokens;
+}
+
+pub fn usage_json(u: &Usage) -> crate::protocol::Usage {
+    crate::protocol::Usage {
+        prompt_tokens: u.prompt_tokens,
+        completion_tokens: u.completion_tokens,
+        total_tokens: u.total_tokens(),
+        prompt_tokens_details: (u.cached_tokens > 0).then_some(
+            crate::protocol::PromptTokensDetails {
+                cached_tokens: u.cached_tokens,
+            },
+        ),
+    }
+}
+
+pub fn stop_reason_json(f: &sluice_engine::Finished) -> Option<serde_json::Value> {
+    f.stop_reason.as_ref().map(|r| match r {
+        sluice_engine::StopReason::Token(t) => serde_json::Value::from(*t),
+        sluice_engine::StopReason::String(s) => serde_json::Value::from(s.clone()),
+    })
+}

@@ -1,0 +1,430 @@
+//! The HTTP API over a real loopback socket with a real client (reqwest),
+//! on an engine with a scripted model and the built-in byte-level tokenizer:
+//! the model "writes" a fixed text, one byte token at a time.
+
+use futures::StreamExt;
+use serde_json::{json, Value};
+use sluice_engine::{Engine, EngineConfig, SchedulerConfig, ScriptedExecutor, SeqView, Tokenizer};
+use sluice_server::{serve, ServerConfig};
+use std::sync::Arc;
+use std::time::Duration;
+
+const TEXT: &str = "The quick brown fox jumps over the lazy dog. ";
+const MAX_MODEL_LEN: usize = 256;
+
+struct Server {
+    base: String,
+    engine: Engine,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl Server {
+    async fn start(max_waiting: Option<usize>, step_delay: Duration) -> Server {
+        let script = move |s: &SeqView<'_>| {
+            if !step_delay.is_zero() {
+                std::thread::sleep(step_delay);
+            }
+            let i = s.output.len() % TEXT.len();
+            vec![u32::from(TEXT.as_bytes()[i])]
+        };
+        let tokenizer = Arc::new(Tokenizer::builtin());
+        let sched = SchedulerConfig {
+            max_model_len: MAX_MODEL_LEN,
+            max_num_batched_tokens: 512,
+            max_num_seqs: 16,
+            ..SchedulerConfig::default()
+        };
+        let mut cfg = EngineConfig::new(sched).with_model_eos(&tokenizer, &[256]);
+        cfg.max_waiting_requests = max_waiting;
+        let executor = ScriptedExecutor::new(512, script).with_vocab_size(384);
+        let engine = Engine::start(cfg, Box::new(executor), tokenizer).expect("engine starts");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let config = ServerConfig {
+            addr,
+            model_name: "test-model".into(),
+            max_model_len: MAX_MODEL_LEN,
+            shutdown_grace: Duration::from_secs(5),
+        };
+        let task = tokio::spawn(serve(engine.clone(), config, listener, async {
+            let _ = rx.await;
+        }));
+        Server {
+            base: format!("http://{addr}"),
+            engine,
+            stop: Some(tx),
+            task,
+        }
+    }
+
+    async fn post(&self, path: &str, body: Value) -> reqwest::Response {
+        reqwest::Client::new()
+            .post(format!("{}{path}", self.base))
+            .json(&body)
+            .send()
+            .await
+            .expect("request sent")
+    }
+
+    async fn get(&self, path: &str) -> reqwest::Response {
+        reqwest::get(format!("{}{path}", self.base))
+            .await
+            .expect("request sent")
+    }
+
+    async fn shutdown(mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        self.task.await.expect("server task").expect("server ran");
+    }
+}
+
+/// The `data:` payloads of an SSE body.
+fn sse_data(body: &str) -> Vec<String> {
+    body.lines()
+        .filter_map(|l| l.strip_prefix("data: ").or_else(|| l.strip_prefix("data:")))
+        .map(|s| s.trim().to_string())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completions_non_streaming() {
+    let s = Server::start(None, Duration::ZERO).await;
+    let r = s
+        .post(
+            "/v1/completions",
+            json!({"model": "test-model", "prompt": "Hi", "max_tokens": 9}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["object"], "text_completion");
+    assert_eq!(v["choices"][0]["text"], "The quick");
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+    assert_eq!(v["usage"]["prompt_tokens"], 2);
+    assert_eq!(v["usage"]["completion_tokens"], 9);
+    assert_eq!(v["usage"]["total_tokens"], 11);
+
+    // Token-id prompts, several prompts, n > 1.
+    let r = s
+        .post(
+            "/v1/completions",
+            json!({"prompt": [[72, 105], [72]], "max_tokens": 3, "n": 2}),
+        )
+        .await;
+    let v: Value = r.json().await.unwrap();
+    let choices = v["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 4);
+    for (i, c) in choices.iter().enumerate() {
+        assert_eq!(c["index"], i);
+        assert_eq!(c["text"], "The");
+    }
+    assert_eq!(v["usage"]["prompt_tokens"], 3);
+    assert_eq!(v["usage"]["completion_tokens"], 12);
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completions_streaming_with_usage() {
+    let s = Server::start(None, Duration::ZERO).await;
+    let r = s
+        .post(
+            "/v1/completions",
+            json!({"prompt": "Hi", "max_tokens": 15, "stream": true, "stream_options": {"include_usage": true}}),
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    assert!(r.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/event-stream"));
+    let body = r.text().await.unwrap();
+    let data = sse_data(&body);
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
+    let chunks: Vec<Value> = data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"].get(0).and_then(|ch| ch["text"].as_str()))
+        .collect();
+    assert_eq!(text, "The quick brown");
+    let usage = chunks.last().unwrap();
+    assert_eq!(usage["choices"].as_array().unwrap().len(), 0);
+    assert_eq!(usage["usage"]["completion_tokens"], 15);
+    let finish: Vec<&Value> = chunks
+        .iter()
+        .filter_map(|c| c["choices"].get(0))
+        .filter(|c| !c["finish_reason"].is_null())
+        .collect();
+    assert_eq!(finish.len(), 1);
+    assert_eq!(finish[0]["finish_reason"], "length");
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_strings_cut_the_text() {
+    let s = Server::start(None, Duration::ZERO).await;
+    let v: Value = s
+        .post(
+            "/v1/completions",
+            json!({"prompt": "Hi", "max_tokens": 40, "stop": ["fox"]}),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["choices"][0]["text"], "The quick brown ");
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    assert_eq!(v["choices"][0]["stop_reason"], "fox");
+    let v: Value = s
+        .post("/v1/completions", json!({"prompt": "Hi", "max_tokens": 40, "stop": "fox", "include_stop_str_in_output": true}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["choices"][0]["text"], "The quick brown fox");
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_non_streaming_and_streaming() {
+    let s = Server::start(None, Duration::ZERO).await;
+    let msgs =
+        json!([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"}]);
+    let v: Value = s
+        .post("/v1/chat/completions", json!({"model": "test-model", "messages": msgs, "max_tokens": 5, "logprobs": true, "top_logprobs": 2}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(v["choices"][0]["message"]["role"], "assistant");
+    assert_eq!(v["choices"][0]["message"]["content"], "The q");
+    let lp = v["choices"][0]["logprobs"]["content"].as_array().unwrap();
+    assert_eq!(lp.len(), 5);
+    assert_eq!(lp[0]["token"], "T");
+    assert!(lp[0]["top_logprobs"].as_array().unwrap().len() <= 2);
+
+    let r = s
+        .post(
+            "/v1/chat/completions",
+            json!({"messages": msgs, "max_completion_tokens": 9, "stream": true}),
+        )
+        .await;
+    let data = sse_data(&r.text().await.unwrap());
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
+    let chunks: Vec<Value> = data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    assert_eq!(chunks[0]["object"], "chat.completion.chunk");
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(text, "The quick");
+    assert_eq!(
+        chunks.last().unwrap()["choices"][0]["finish_reason"],
+        "length"
+    );
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_openai_errors_with_the_right_status() {
+    let s = Server::start(None, Duration::ZERO).await;
+    let long = "x".repeat(MAX_MODEL_LEN + 10);
+    let cases = [
+        (
+            json!({"prompt": "Hi", "max_tokens": -1}),
+            400,
+            Some("max_tokens"),
+        ),
+        (json!({"prompt": long}), 400, Some("prompt")),
+        (
+            json!({"prompt": "Hi", "max_tokens": 1000}),
+            400,
+            Some("max_tokens"),
+        ),
+        (json!({"model": "nope", "prompt": "Hi"}), 400, Some("model")),
+        (
+            json!({"prompt": "Hi", "temperature": -1}),
+            400,
+            Some("temperature"),
+        ),
+        (
+            json!({"prompt": "Hi", "max_tokens": "ten"}),
+            400,
+            Some("max_tokens"),
+        ),
+        (json!({"prompt": [1, 99999]}), 400, Some("prompt")),
+        (json!({"max_tokens": 3}), 400, Some("prompt")),
+    ];
+    for (body, status, param) in cases {
+        let r = s.post("/v1/completions", body.clone()).await;
+        assert_eq!(r.status(), status, "{body}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"]["type"], "invalid_request_error", "{body}: {v}");
+        assert_eq!(v["error"]["param"].as_str(), param, "{body}: {v}");
+        assert_eq!(v["error"]["code"], status);
+        assert!(v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()));
+    }
+    let r = reqwest::Client::new()
+        .post(format!("{}/v1/completions", s.base))
+        .header("content-type", "application/json")
+        .body("{\"prompt\": ")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("malformed JSON"));
+    let r = s
+        .post("/v1/chat/completions", json!({"messages": []}))
+        .await;
+    assert_eq!(r.status(), 400);
+    assert_eq!(s.get("/v1/nothing").await.status(), 404);
+    // Nothing leaked.
+    assert_eq!(s.engine.stats().kv_cache_usage, 0.0);
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overload_gets_503_with_retry_after() {
+    let s = Server::start(Some(0), Duration::ZERO).await;
+    let r = s.post("/v1/completions", json!({"prompt": "Hi"})).await;
+    assert_eq!(r.status(), 503);
+    assert_eq!(r.headers()["retry-after"], "1");
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], 503);
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_endpoints() {
+    let s = Server::start(None, Duration::ZERO).await;
+    let v: Value = s.get("/v1/models").await.json().await.unwrap();
+    assert_eq!(v["data"][0]["id"], "test-model");
+    assert_eq!(v["data"][0]["max_model_len"], MAX_MODEL_LEN);
+    assert_eq!(s.get("/health").await.status(), 200);
+    assert_eq!(s.get("/ready").await.status(), 200);
+    let v: Value = s.get("/version").await.json().await.unwrap();
+    assert!(v["version"].is_string());
+    let v: Value = s
+        .post("/tokenize", json!({"prompt": "Hi"}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["tokens"], json!([72, 105]));
+    assert_eq!(v["count"], 2);
+    let v: Value = s
+        .post("/detokenize", json!({"tokens": [72, 105]}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["prompt"], "Hi");
+    assert_eq!(
+        s.post("/detokenize", json!({"tokens": [100000]}))
+            .await
+            .status(),
+        400
+    );
+
+    s.post("/v1/completions", json!({"prompt": "Hi", "max_tokens": 4}))
+        .await;
+    let text = s.get("/metrics").await.text().await.unwrap();
+    for name in [
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "vllm:prefix_cache_queries",
+        "vllm:prefix_cache_hits",
+        "vllm:num_preemptions",
+        "vllm:time_to_first_token_seconds",
+        "vllm:inter_token_latency_seconds",
+        "vllm:e2e_request_latency_seconds",
+        "vllm:request_queue_time_seconds",
+        "vllm:prompt_tokens",
+        "vllm:generation_tokens",
+    ] {
+        assert!(text.contains(name), "missing {name}");
+    }
+    assert!(
+        text.contains("vllm:generation_tokens_total{model_name=\"test-model\"} 4"),
+        "{text}"
+    );
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_disconnect_aborts_and_frees_kv() {
+    let s = Server::start(None, Duration::from_millis(5)).await;
+    let r = s
+        .post(
+            "/v1/completions",
+            json!({"prompt": "Hi", "max_tokens": 200, "stream": true}),
+        )
+        .await;
+    let mut body = r.bytes_stream();
+    let first = body.next().await.expect("a first chunk").expect("bytes");
+    assert!(!first.is_empty());
+    assert!(s.engine.stats().num_running_reqs + s.engine.stats().num_waiting_reqs > 0);
+    drop(body);
+    // The engine notices the dropped stream and frees the request.
+    let mut freed = false;
+    for _ in 0..500 {
+        let st = s.engine.stats();
+        if st.num_running_reqs == 0 && st.num_waiting_reqs == 0 && st.kv_cache_usage == 0.0 {
+            freed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        freed,
+        "the aborted request still holds KV: {:?}",
+        s.engine.stats()
+    );
+    assert_eq!(s.engine.stats().finished.abort, 1);
+    s.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_shutdown_lets_requests_in_flight_finish() {
+    let s = Server::start(None, Duration::from_millis(2)).await;
+    let client = reqwest::Client::new();
+    let url = format!("{}/v1/completions", s.base);
+    let inflight = tokio::spawn(async move {
+        client
+            .post(url)
+            .json(&json!({"prompt": "Hi", "max_tokens": 50}))
+            .send()
+            .await
+            .expect("sent")
+            .json::<Value>()
+            .await
+            .expect("json")
+    });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let engine = s.engine.clone();
+    s.shutdown().await;
+    let v = inflight.await.unwrap();
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+    assert_eq!(v["usage"]["completion_tokens"], 50);
+    assert!(!engine.is_alive());
+}
