@@ -4,6 +4,7 @@
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+mod bench_model;
 mod replay;
 
 #[derive(Parser)]
@@ -21,11 +22,15 @@ struct Cli {
 enum Command {
     /// Replay a scheduler trace and write its decision log.
     Replay(replay::ReplayArgs),
+    /// Benchmark the model runner on dummy weights (prefill, decode at
+    /// several concurrency levels, peak memory).
+    BenchModel(bench_model::BenchModelArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Replay(args) => replay::run(args),
+        Command::BenchModel(args) => bench_model::run(args),
     }
 }

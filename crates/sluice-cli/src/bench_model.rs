@@ -1,0 +1,289 @@
+//! `sluice bench-model`: model throughput on dummy weights, through the real
+//! scheduler and model runner (schedule → execute → update_from_output, the
+//! engine's loop), no HTTP, no tokenizer.
+//!
+//! Figures (each the median over `--repeats` runs):
+//! - prefill tok/s: one request of `--prompt-len` tokens; its prefill step
+//!   (which also samples its first token);
+//! - decode tok/s at each `--concurrency` level: output tokens per second
+//!   over the steps in which every request is decoding (aggregate over the
+//!   batch);
+//! - output tok/s including prefill: all output tokens of the run over its
+//!   whole wall time (the anchor's "incl. prefill" figure);
+//! - peak RSS (`VmHWM`).
+//!
+//! The readable table goes to stderr, one JSON object to stdout.
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use sluice_core::{NewRequest, SamplingParams, Scheduler, SchedulerConfig};
+use sluice_model::kv_cache::KvCacheConfig;
+use sluice_model::runner::ModelRunner;
+use sluice_model::{builtin, load_dummy, DType, LoadedModel};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+#[derive(Args)]
+pub struct BenchModelArgs {
+    /// Built-in model shape (dummy weights).
+    #[arg(long, default_value = "qwen2.5-0.5b")]
+    model: String,
+    /// Vocabulary size override (the issue's anchors use 32000).
+    #[arg(long, default_value_t = 32000)]
+    vocab_size: usize,
+    /// Weight dtype: bf16 or f32.
+    #[arg(long, default_value = "bf16")]
+    dtype: String,
+    /// Kernel threads.
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    #[arg(long, default_value_t = 128)]
+    prompt_len: usize,
+    /// New tokens per request.
+    #[arg(long, default_value_t = 128)]
+    output_len: usize,
+    /// Concurrency levels for the decode figures, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1, 8, 32])]
+    concurrency: Vec<usize>,
+    /// Runs per figure; medians are reported.
+    #[arg(long, default_value_t = 3)]
+    repeats: usize,
+    #[arg(long, default_value_t = 16)]
+    block_size: usize,
+    /// Scheduler token budget per step.
+    #[arg(long, default_value_t = 8192)]
+    max_num_batched_tokens: usize,
+    /// Seed of the dummy weights and prompts.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+pub fn run(args: BenchModelArgs) -> ExitCode {
+    match bench(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sluice bench-model: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Timing of one workload run.
+struct RunTiming {
+    /// Output tokens per second over the steps where all requests decode.
+    decode_tok_s: f64,
+    /// All output tokens over the whole run.
+    output_tok_s: f64,
+    /// Duration of the first step (the prefill, when it fits one step).
+    first_step: Duration,
+}
+
+struct Bench {
+    loaded: LoadedModel,
+    runner: ModelRunner,
+    sched_config: SchedulerConfig,
+    prompt_len: usize,
+    output_len: usize,
+    next_prompt: u64,
+}
+
+impl Bench {
+    /// Distinct pseudo-random prompts, so no run hits the prefix cache of
+    /// an earlier one.
+    fn prompt(&mut self) -> Vec<u32> {
+        self.next_prompt += 1;
+        let mut s = self.next_prompt.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let vocab = self.loaded.config.vocab_size as u64;
+        (0..self.prompt_len)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (s % vocab) as u32
+            })
+            .collect()
+    }
+
+    fn run(&mut self, num_reqs: usize, max_tokens: usize) -> Result<RunTiming> {
+        let mut sched = Scheduler::new(self.sched_config.clone())
+            .map_err(|e| anyhow::anyhow!("scheduler config: {e}"))?;
+        for i in 0..num_reqs {
+            let params = SamplingParams {
+                ignore_eos: true,
+                ..SamplingParams::greedy(max_tokens)
+            };
+            let prompt = self.prompt();
+            sched
+                .add_request(NewRequest::new(format!("r{i}"), prompt, params))
+                .map_err(|e| anyhow::anyhow!("request: {e}"))?;
+        }
+        let start = Instant::now();
+        let mut first_step = None;
+        let (mut decode_time, mut decode_tokens) = (Duration::ZERO, 0usize);
+        let mut output_tokens = 0usize;
+        while sched.has_unfinished_requests() {
+            let t0 = Instant::now();
+            let so = sched.schedule();
+            let out = self.runner.execute(&so)?;
+            let updates = sched.update_from_output(&so, &out);
+            let dt = t0.elapsed();
+            first_step.get_or_insert(dt);
+            let sampled: usize = updates.iter().map(|u| u.new_token_ids.len()).sum();
+            output_tokens += sampled;
+            let all_decoding = so.num_scheduled_tokens.len() == num_reqs
+                && so.total_num_scheduled_tokens == num_reqs;
+            if all_decoding {
+                decode_time += dt;
+                decode_tokens += sampled;
+            }
+            if so.total_num_scheduled_tokens == 0 {
+                bail!("the scheduler stalled (KV cache too small?)");
+            }
+        }
+        let total = start.elapsed();
+        // Deliver the finished ids so the runner drops its request state.
+        let so = sched.schedule();
+        self.runner.execute(&so)?;
+        Ok(RunTiming {
+            decode_tok_s: decode_tokens as f64 / decode_time.as_secs_f64().max(1e-9),
+            output_tok_s: output_tokens as f64 / total.as_secs_f64(),
+            first_step: first_step.unwrap_or_default(),
+        })
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// Peak resident set size in bytes (`VmHWM` of /proc/self/status).
+fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+fn bench(args: &BenchModelArgs) -> Result<()> {
+    let dtype: DType = args.dtype.parse().map_err(anyhow::Error::msg)?;
+    if dtype == DType::Auto {
+        bail!("--dtype must be bf16 or f32");
+    }
+    if args.repeats == 0 || args.prompt_len == 0 || args.output_len == 0 {
+        bail!("--repeats, --prompt-len and --output-len must be at least 1");
+    }
+    if args.concurrency.contains(&0) {
+        bail!("--concurrency levels must be at least 1");
+    }
+    sluice_model::kernels::set_num_threads(args.threads);
+    let (mut config, generation) = builtin::config(&args.model)?;
+    config.vocab_size = args.vocab_size;
+    config.validate().context("--vocab-size")?;
+    let t0 = Instant::now();
+    let loaded = load_dummy(config, generation, dtype, args.seed)?;
+    let load_s = t0.elapsed().as_secs_f64();
+
+    let max_conc = args.concurrency.iter().copied().max().unwrap_or(1);
+    let seq_len = args.prompt_len + args.output_len;
+    let max_model_len = seq_len + 1;
+    let blocks_per_seq = seq_len.div_ceil(args.block_size);
+    let num_blocks = max_conc * blocks_per_seq + 1;
+    let kv = KvCacheConfig::new(args.block_size, num_blocks);
+    let runner = ModelRunner::new(&loaded, kv)?;
+    let sched_config = SchedulerConfig {
+        block_size: args.block_size,
+        num_gpu_blocks: num_blocks,
+        max_model_len,
+        max_num_seqs: max_conc.max(1),
+        max_num_batched_tokens: args.max_num_batched_tokens.max(max_conc),
+        enable_prefix_caching: false,
+        ..SchedulerConfig::default()
+    };
+    let mut b = Bench {
+        runner,
+        sched_config,
+        prompt_len: args.prompt_len,
+        output_len: args.output_len,
+        next_prompt: args.seed << 32,
+        loaded,
+    };
+
+    // Warm-up: thread pool, buffers at their largest shapes.
+    b.run(max_conc, 2)?;
+
+    let prefill: Vec<f64> = (0..args.repeats)
+        .map(|_| {
+            b.run(1, 1)
+                .map(|t| args.prompt_len as f64 / t.first_step.as_secs_f64())
+        })
+        .collect::<Result<_>>()?;
+    let prefill = median(prefill);
+
+    let mut levels = Vec::new();
+    for &c in &args.concurrency {
+        let mut decode = Vec::new();
+        let mut output = Vec::new();
+        for _ in 0..args.repeats {
+            let t = b.run(c, b.output_len)?;
+            decode.push(t.decode_tok_s);
+            output.push(t.output_tok_s);
+        }
+        levels.push((c, median(decode), median(output)));
+    }
+    let peak_rss = peak_rss_bytes();
+    let weight_bytes = b.loaded.model.weight_bytes();
+
+    let c = &b.loaded.config;
+    eprintln!(
+        "sluice bench-model: {} shape, vocab {}, {} weights ({:.0} MB), {} threads, \
+         prompt {} -> {} new tokens, median of {} runs, load {:.1} s",
+        args.model,
+        c.vocab_size,
+        args.dtype,
+        weight_bytes as f64 / 1e6,
+        args.threads,
+        args.prompt_len,
+        args.output_len,
+        args.repeats,
+        load_s
+    );
+    eprintln!("  {:<34} {:>10}", "figure", "value");
+    eprintln!("  {:<34} {:>10.1}", "prefill tok/s", prefill);
+    for &(conc, decode, output) in &levels {
+        eprintln!(
+            "  {:<34} {:>10.1}",
+            format!("decode tok/s, {conc} concurrent"),
+            decode
+        );
+        eprintln!(
+            "  {:<34} {:>10.1}",
+            format!("output tok/s incl. prefill, {conc}"),
+            output
+        );
+    }
+    if let Some(rss) = peak_rss {
+        eprintln!("  {:<34} {:>10.0}", "peak RSS MB", rss as f64 / 1e6);
+    }
+
+    let json = serde_json::json!({
+        "model": args.model,
+        "vocab_size": c.vocab_size,
+        "dtype": args.dtype,
+        "threads": args.threads,
+        "prompt_len": args.prompt_len,
+        "output_len": args.output_len,
+        "repeats": args.repeats,
+        "weight_bytes": weight_bytes,
+        "prefill_tok_s": prefill,
+        "decode_tok_s": levels.iter().map(|&(c, d, _)| (c.to_string(), d.into())).collect::<serde_json::Map<_, _>>(),
+        "output_tok_s_incl_prefill": levels.iter().map(|&(c, _, o)| (c.to_string(), o.into())).collect::<serde_json::Map<_, _>>(),
+        "peak_rss_bytes": peak_rss,
+    });
+    println!("{json}");
+    Ok(())
+}
