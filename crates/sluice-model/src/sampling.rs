@@ -58,13 +58,16 @@
 //!
 //! # Cost
 //! Greedy: one vectorised pass. Random: a scale+max pass, an exponential
-//! pass, and an inverse-CDF scan of per-block sums; top-k with k <= 1024
-//! uses a k-element heap (and skips the exponential pass when no ties sit at
-//! the k-th value), larger k a quickselect; top-p locates the nucleus with a
-//! histogram over the probabilities' float exponents and sorts only the
-//! boundary bucket. Logprob top-n uses an n-element heap. Scratch buffers
-//! live in the sampler, so steady-state calls allocate only the returned
-//! logprob list.
+//! pass, and an inverse-CDF scan of per-block sums; top-k finds the k-th
+//! value by a filtered quickselect over a 2k-element buffer, collects the
+//! survivors and (unless k is a large part of the vocabulary) finishes on
+//! that list without the vocabulary-wide exponential pass; top-p
+//! locates the nucleus with a histogram over the probabilities' float
+//! exponents and sorts only the boundary bucket. Logprob top-n uses an
+//! n-element heap. The vocabulary-wide loops are compiled for AVX-512,
+//! AVX2 and the baseline and picked at run time, with bit-identical results
+//! (`kernels.rs`). Scratch buffers live in the sampler, so steady-state calls
+//! allocate only the returned logprob list.
 
 mod kernels;
 mod logprobs;
@@ -236,32 +239,27 @@ impl RequestSampler {
         let s = &mut self.scratch;
         let mut floor = f32::NEG_INFINITY;
         if let Some(k) = self.top_k.filter(|&k| k < logits.len()) {
-            if k <= select::HEAP_TOP_K_LIMIT {
-                s.topn.reset(k);
-                s.topn.extend_row(logits);
-                floor = s.topn.min_value().unwrap_or(f32::NEG_INFINITY);
-                if kernels::count_ge(logits, floor) == s.topn.len() {
-                    // The heap holds exactly the top-k set: work on it alone.
-                    s.cands.clear();
-                    for &(l, id) in s.topn.items() {
-                        let e = kernels::exp_nonpos(l - m);
-                        if e > 0.0 && e >= self.min_ratio {
-                            s.cands.push((e, id));
-                        }
-                    }
-                    if let Some(p) = self.top_p {
-                        select::nucleus_of_list(&mut s.cands, p);
-                    }
-                    return select::draw_from_list(&s.cands, u)
-                        .map_or_else(|| kernels::argmax(logits), |t| t as usize);
+            floor = select::kth_largest(logits, k, &mut s.values);
+            select::collect_at_least(logits, floor, &mut s.cands);
+            // Few survivors (k plus any ties at the k-th value): finish on
+            // the list and skip the vocabulary-wide exponential pass.
+            if s.cands.len() <= logits.len() / 8 {
+                s.cands.retain_mut(|c| {
+                    c.0 = kernels::exp_nonpos(c.0 - m);
+                    c.0 > 0.0 && c.0 >= self.min_ratio
+                });
+                if let Some(p) = self.top_p {
+                    select::nucleus_of_list(&mut s.cands, p);
                 }
-            } else {
-                floor = select::kth_largest_select(logits, k, &mut s.values);
+                // The maximum (weight 1) always survives, so the list is
+                // never empty; argmax is only a backstop.
+                return select::draw_from_list(&s.cands, u)
+                    .map_or_else(|| kernels::argmax(logits), |t| t as usize);
             }
         }
         if let Some(p) = self.top_p {
             let hist = s.hist.get_or_insert_with(|| Box::new(ExpHist::new()));
-            hist.mass = [0.0; 256];
+            hist.clear();
             let total = kernels::exp_in_place(
                 logits,
                 m,

@@ -58,8 +58,66 @@ pub(crate) fn exp_nonpos(x: f32) -> f32 {
     }
 }
 
+/// Defines `fn $name` from a body compiled three times (AVX-512F, AVX2 and
+/// the baseline target) and picks the widest the CPU supports at run time.
+/// All versions perform the same IEEE operations in the same order: Rust
+/// never contracts into fused multiply-adds, and the lane accumulators fix
+/// the summation order. Results are therefore bit-identical; only the
+/// vector width, hence the speed, differs.
+macro_rules! multiversion {
+    ($(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
+        $(#[$m])*
+        $vis fn $name($($arg: $ty),*) $(-> $ret)? {
+            #[inline(always)]
+            fn generic($($arg: $ty),*) $(-> $ret)? $body
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f")]
+                fn avx512($($arg: $ty),*) $(-> $ret)? {
+                    generic($($arg),*)
+                }
+                #[target_feature(enable = "avx2")]
+                fn avx2($($arg: $ty),*) $(-> $ret)? {
+                    generic($($arg),*)
+                }
+                let cap = $crate::sampling::kernels::simd_cap();
+                if cap >= 2 && std::arch::is_x86_feature_detected!("avx512f") {
+                    // SAFETY: the CPU supports AVX-512F (checked just above).
+                    return unsafe { avx512($($arg),*) };
+                }
+                if cap >= 1 && std::arch::is_x86_feature_detected!("avx2") {
+                    // SAFETY: the CPU supports AVX2 (checked just above).
+                    return unsafe { avx2($($arg),*) };
+                }
+            }
+            generic($($arg),*)
+        }
+    };
+}
+pub(crate) use multiversion;
+
+/// Widest instruction set [`multiversion!`] may pick: 2 = AVX-512, 1 = AVX2,
+/// 0 = baseline. Always 2 outside tests; tests lower it on their own thread
+/// to check that every version gives bit-identical results.
+#[cfg(not(test))]
+#[inline(always)]
+pub(crate) fn simd_cap() -> u8 {
+    2
+}
+
+#[cfg(test)]
+thread_local! {
+    pub(crate) static SIMD_CAP: std::cell::Cell<u8> = const { std::cell::Cell::new(2) };
+}
+
+#[cfg(test)]
+pub(crate) fn simd_cap() -> u8 {
+    SIMD_CAP.with(|c| c.get())
+}
+
 /// Largest element ignoring NaN; -inf for an empty or all-NaN slice.
-pub(crate) fn max(x: &[f32]) -> f32 {
+#[inline(always)]
+fn max_lanes(x: &[f32]) -> f32 {
     let mut acc = [f32::NEG_INFINITY; LANES];
     let chunks = x.chunks_exact(LANES);
     let rem = chunks.remainder();
@@ -76,28 +134,9 @@ pub(crate) fn max(x: &[f32]) -> f32 {
     m
 }
 
-/// Index of the first maximum (as `torch.argmax`), NaN counting as -inf.
-/// 0 when the slice is empty or holds nothing but -inf / NaN.
-///
-/// One pass over memory: a vectorised maximum per block, and a scan of the
-/// block for the position only when the block improves on the best so far.
-pub(crate) fn argmax(x: &[f32]) -> usize {
-    let mut best = f32::NEG_INFINITY;
-    let mut best_i = 0;
-    for (b, block) in x.chunks(BLOCK).enumerate() {
-        let m = max(block);
-        // Strict `>`: an equal maximum in a later block is not the first.
-        if m > best {
-            best = m;
-            // `max` returns one of the block's values, so it is found.
-            best_i = b * BLOCK + block.iter().position(|&v| v == m).unwrap_or(0);
-        }
-    }
-    best_i
-}
-
 /// Sum with a fixed lane order (so the result is reproducible).
-pub(crate) fn sum(x: &[f32]) -> f32 {
+#[inline(always)]
+fn sum_lanes(x: &[f32]) -> f32 {
     let mut acc = [0.0f32; LANES];
     let chunks = x.chunks_exact(LANES);
     let rem = chunks.remainder();
@@ -113,101 +152,150 @@ pub(crate) fn sum(x: &[f32]) -> f32 {
     s
 }
 
-/// Number of elements `>= threshold`.
-pub(crate) fn count_ge(x: &[f32], threshold: f32) -> usize {
-    // u32 lanes vectorise twice as wide as usize ones; pieces of 2^20
-    // elements keep every lane far from overflow.
-    x.chunks(1 << 20)
-        .map(|piece| {
-            let mut acc = [0u32; LANES];
-            let chunks = piece.chunks_exact(LANES);
-            let rem = chunks.remainder();
-            for c in chunks {
-                for (a, &v) in acc.iter_mut().zip(c) {
-                    *a += u32::from(v >= threshold);
-                }
+/// Number of elements for which `pred` holds. Counted in f32 lanes on
+/// purpose: integer lane counters get vectorised across iterations into a
+/// gather-like mess (integer adds may be reassociated), while float adds may
+/// not, which leaves one clean vector compare-and-add per chunk. Pieces of
+/// 2^20 elements keep every lane (at most 2^16) exact in f32.
+#[inline(always)]
+fn count_lanes(x: &[f32], pred: impl Fn(f32) -> bool) -> usize {
+    let mut n = 0usize;
+    for piece in x.chunks(1 << 20) {
+        let (chunks, rem) = piece.as_chunks::<LANES>();
+        let mut acc = [0.0f32; LANES];
+        for c in chunks {
+            for (a, &v) in acc.iter_mut().zip(c) {
+                *a += if pred(v) { 1.0 } else { 0.0 };
             }
-            acc.iter().map(|&a| a as usize).sum::<usize>()
-                + rem.iter().filter(|&&v| v >= threshold).count()
-        })
-        .sum()
+        }
+        n += acc.iter().map(|&a| a as usize).sum::<usize>();
+        n += rem.iter().filter(|&&v| pred(v)).count();
+    }
+    n
 }
 
-/// Divides every logit by `temperature` (unless it is 1), maps NaN to -inf,
-/// and returns the maximum. Division rather than multiplication by `1/t`
-/// because that is what vLLM's `apply_temperature` computes.
-pub(crate) fn scale_sanitize_max(x: &mut [f32], temperature: f32) -> f32 {
-    let scale = temperature != 1.0;
-    let mut acc = [f32::NEG_INFINITY; LANES];
-    let mut chunks = x.chunks_exact_mut(LANES);
-    for c in &mut chunks {
-        for (a, v) in acc.iter_mut().zip(c.iter_mut()) {
+multiversion! {
+    /// Largest element ignoring NaN; -inf for an empty or all-NaN slice.
+    pub(crate) fn max(x: &[f32]) -> f32 {
+        max_lanes(x)
+    }
+}
+
+multiversion! {
+    /// Index of the first maximum (as `torch.argmax`), NaN counting as -inf.
+    /// 0 when the slice is empty or holds nothing but -inf / NaN.
+    ///
+    /// One pass over memory: a vectorised maximum per block, and a scan of
+    /// the block for the position only when the block improves on the best.
+    pub(crate) fn argmax(x: &[f32]) -> usize {
+        let mut best = f32::NEG_INFINITY;
+        let mut best_i = 0;
+        for (b, block) in x.chunks(BLOCK).enumerate() {
+            let m = max_lanes(block);
+            // Strict `>`: an equal maximum in a later block is not the first.
+            if m > best {
+                best = m;
+                // `max_lanes` returns one of the block's values, so it is found.
+                best_i = b * BLOCK + block.iter().position(|&v| v == m).unwrap_or(0);
+            }
+        }
+        best_i
+    }
+}
+
+multiversion! {
+    /// Number of elements whose logprob `(x - max) - ln_sum` is `>= lp`
+    /// (NaN elements never are): the rank of a token with logprob `lp`.
+    pub(crate) fn count_logprob_ge(x: &[f32], max: f32, ln_sum: f32, lp: f32) -> usize {
+        count_lanes(x, |v| (v - max) - ln_sum >= lp)
+    }
+}
+
+multiversion! {
+    /// Divides every logit by `temperature` (unless it is 1), maps NaN to
+    /// -inf, and returns the maximum. Division rather than multiplication by
+    /// `1/t` because that is what vLLM's `apply_temperature` computes.
+    pub(crate) fn scale_sanitize_max(x: &mut [f32], temperature: f32) -> f32 {
+        let scale = temperature != 1.0;
+        let mut acc = [f32::NEG_INFINITY; LANES];
+        let mut chunks = x.chunks_exact_mut(LANES);
+        for c in &mut chunks {
+            for (a, v) in acc.iter_mut().zip(c.iter_mut()) {
+                let y = if scale { *v / temperature } else { *v };
+                let y = if y.is_nan() { f32::NEG_INFINITY } else { y };
+                *v = y;
+                *a = if y > *a { y } else { *a };
+            }
+        }
+        let mut m = f32::NEG_INFINITY;
+        for v in chunks.into_remainder() {
             let y = if scale { *v / temperature } else { *v };
             let y = if y.is_nan() { f32::NEG_INFINITY } else { y };
             *v = y;
-            *a = if y > *a { y } else { *a };
+            m = if y > m { y } else { m };
         }
+        for &a in &acc {
+            m = if a > m { a } else { m };
+        }
+        m
     }
-    let mut m = f32::NEG_INFINITY;
-    for v in chunks.into_remainder() {
-        let y = if scale { *v / temperature } else { *v };
-        let y = if y.is_nan() { f32::NEG_INFINITY } else { y };
-        *v = y;
-        m = if y > m { y } else { m };
-    }
-    for &a in &acc {
-        m = if a > m { a } else { m };
-    }
-    m
 }
 
-/// Sum of `exp(x_i - max)` over a row (NaN counting as -inf), accumulated
-/// per block in f32 lanes and across blocks in f64. `max` must be finite.
-pub(crate) fn sum_exp_shifted(x: &[f32], max: f32) -> f64 {
-    let mut total = 0.0f64;
-    let mut buf = [0.0f32; BLOCK];
-    for block in x.chunks(BLOCK) {
-        let buf = &mut buf[..block.len()];
-        for (e, &v) in buf.iter_mut().zip(block) {
-            *e = exp_nonpos(v - max);
+multiversion! {
+    /// Sum of `exp(x_i - max)` over a row (NaN counting as -inf), accumulated
+    /// per block in f32 lanes and across blocks in f64. `max` must be finite.
+    pub(crate) fn sum_exp_shifted(x: &[f32], max: f32) -> f64 {
+        let mut total = 0.0f64;
+        let mut buf = [0.0f32; BLOCK];
+        for block in x.chunks(BLOCK) {
+            let buf = &mut buf[..block.len()];
+            for (e, &v) in buf.iter_mut().zip(block) {
+                *e = exp_nonpos(v - max);
+            }
+            total += f64::from(sum_lanes(buf));
         }
-        total += f64::from(sum(buf));
+        total
     }
-    total
 }
 
-/// Turns scaled logits into unnormalised probabilities in place:
-/// `e_i = exp(l_i - max)`, or 0 for tokens below `floor` (top-k) or with
-/// `e_i < min_ratio` (min-p, whose threshold `p_i < min_p * p_max` is
-/// `e_i < min_p` since `e_max = 1`). Records one f64 sum per [`BLOCK`] in
-/// `block_sums` (for a fast inverse-CDF scan) and, when `hist` is given, the
-/// mass per f32 exponent (for top-p). Returns the total. `max` must be finite.
-pub(crate) fn exp_in_place(
-    x: &mut [f32],
-    max: f32,
-    floor: f32,
-    min_ratio: f32,
-    block_sums: &mut Vec<f64>,
-    mut hist: Option<&mut ExpHist>,
-) -> f64 {
-    block_sums.clear();
-    let mut total = 0.0f64;
-    for block in x.chunks_mut(BLOCK) {
-        for v in block.iter_mut() {
-            let l = *v;
-            let e = exp_nonpos(l - max);
-            *v = if l >= floor && e >= min_ratio { e } else { 0.0 };
-        }
-        let s = f64::from(sum(block));
-        block_sums.push(s);
-        total += s;
-        if let Some(h) = hist.as_deref_mut() {
-            for &e in block.iter() {
-                h.mass[exponent_bucket(e)] += f64::from(e);
+multiversion! {
+    /// Turns scaled logits into unnormalised probabilities in place:
+    /// `e_i = exp(l_i - max)`, or 0 for tokens below `floor` (top-k) or with
+    /// `e_i < min_ratio` (min-p, whose threshold `p_i < min_p * p_max` is
+    /// `e_i < min_p` since `e_max = 1`). Records one f64 sum per [`BLOCK`] in
+    /// `block_sums` (for a fast inverse-CDF scan) and, when `hist` is given,
+    /// the mass per f32 exponent (for top-p). Returns the total. `max` must
+    /// be finite.
+    pub(crate) fn exp_in_place(
+        x: &mut [f32],
+        max: f32,
+        floor: f32,
+        min_ratio: f32,
+        block_sums: &mut Vec<f64>,
+        hist: Option<&mut ExpHist>,
+    ) -> f64 {
+        let mut hist = hist;
+        block_sums.clear();
+        let mut total = 0.0f64;
+        for block in x.chunks_mut(BLOCK) {
+            for v in block.iter_mut() {
+                let l = *v;
+                let e = exp_nonpos(l - max);
+                // `&`, not `&&`: no branch, so the loop vectorises.
+                *v = if (l >= floor) & (e >= min_ratio) { e } else { 0.0 };
+            }
+            let s = f64::from(sum_lanes(block));
+            block_sums.push(s);
+            total += s;
+            if let Some(h) = hist.as_deref_mut() {
+                h.add(block);
             }
         }
+        if let Some(h) = hist {
+            h.finish();
+        }
+        total
     }
-    total
 }
 
 /// Inverse-CDF draw over unnormalised weights `e` whose per-block sums (in
@@ -247,12 +335,47 @@ pub(crate) fn scan_blocks(e: &[f32], block_sums: &[f64], total: f64, u: f64) -> 
 /// Mass of unnormalised probabilities (all in `[0, 1]`) per f32 exponent:
 /// bucket `b` holds values in `[2^(b-127), 2^(b-126))`, bucket 0 the zeros.
 pub(crate) struct ExpHist {
+    /// Valid after [`ExpHist::finish`].
     pub(crate) mass: [f64; 256],
+    /// Consecutive elements go to different copies: most values share a
+    /// handful of buckets, and a single table would serialise every add on
+    /// the previous one's store (a ~5-cycle chain per element).
+    parts: [[f64; 256]; HIST_WAYS],
 }
+
+const HIST_WAYS: usize = 8;
 
 impl ExpHist {
     pub(crate) fn new() -> Self {
-        Self { mass: [0.0; 256] }
+        Self {
+            mass: [0.0; 256],
+            parts: [[0.0; 256]; HIST_WAYS],
+        }
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.mass = [0.0; 256];
+        self.parts = [[0.0; 256]; HIST_WAYS];
+    }
+
+    #[inline(always)]
+    fn add(&mut self, e: &[f32]) {
+        let (chunks, rem) = e.as_chunks::<HIST_WAYS>();
+        for c in chunks {
+            for (part, &v) in self.parts.iter_mut().zip(c) {
+                part[exponent_bucket(v)] += f64::from(v);
+            }
+        }
+        for &v in rem {
+            self.parts[0][exponent_bucket(v)] += f64::from(v);
+        }
+    }
+
+    /// Folds the copies into `mass` (in a fixed order: reproducible).
+    fn finish(&mut self) {
+        for (b, m) in self.mass.iter_mut().enumerate() {
+            *m = self.parts.iter().map(|p| p[b]).sum();
+        }
     }
 }
 

@@ -73,7 +73,12 @@ pub(crate) fn row_logprobs(row: &[f32], token: u32, n: usize, topn: &mut TopN) -
         .map_or(f32::NEG_INFINITY, |&x| norm.logprob(x));
     // Counted on logprobs, not logits, as vLLM does: two logits that round
     // to the same logprob tie here too.
-    let rank = row.iter().filter(|&&x| norm.logprob(x) >= lp).count();
+    let rank = match norm {
+        // Everything is >= -inf (NaN counting as -inf).
+        _ if lp == f32::NEG_INFINITY => row.len(),
+        Normaliser::Finite { max, ln_sum } => kernels::count_logprob_ge(row, max, ln_sum, lp),
+        _ => row.iter().filter(|&&x| norm.logprob(x) >= lp).count(),
+    };
     topn.reset(n.min(row.len()));
     topn.extend_row(row);
     let top = topn

@@ -5,7 +5,7 @@
 //! The id tie-break makes every result a function of the input alone, not of
 //! the (unstable) sort or selection algorithm std happens to use.
 
-use super::kernels::{exponent_bucket, ExpHist};
+use super::kernels::{exponent_bucket, multiversion, ExpHist};
 use std::cmp::Ordering;
 
 /// True when `a` ranks below `b`.
@@ -54,30 +54,21 @@ impl TopN {
         }
     }
 
-    /// Offers every element of `row`, ids being positions.
+    /// Offers every element of `row`, ids being positions (call after
+    /// [`TopN::reset`]).
     pub(crate) fn extend_row(&mut self, row: &[f32]) {
-        for (i, &v) in row.iter().enumerate() {
-            self.push(v, i as u32);
-        }
+        extend_row(self, row);
     }
 
     /// The worst value kept (the cap-th best once full).
+    #[cfg(test)]
     pub(crate) fn min_value(&self) -> Option<f32> {
         self.heap.first().map(|x| x.0)
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.heap.len()
     }
 
     /// The kept items, best first (consumes the heap order).
     pub(crate) fn sorted(&mut self) -> &[(f32, u32)] {
         self.heap.sort_unstable_by(rank_order);
-        &self.heap
-    }
-
-    /// The kept items in heap order.
-    pub(crate) fn items(&self) -> &[(f32, u32)] {
         &self.heap
     }
 
@@ -113,41 +104,165 @@ impl TopN {
     }
 }
 
-/// Largest `k` for which the top-k threshold comes from a heap; beyond it a
-/// linear-time selection on a copy of the row is cheaper than `V log k`.
-pub(crate) const HEAP_TOP_K_LIMIT: usize = 1024;
+/// True when some element of `x` is `> t` (NaN never is): a lane-wise max
+/// and one vector compare, no per-element branch.
+#[inline(always)]
+fn any_gt(x: &[f32], t: f32) -> bool {
+    let (chunks, rem) = x.as_chunks::<16>();
+    let mut acc = [f32::NEG_INFINITY; 16];
+    for c in chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a = if v > *a { v } else { *a };
+        }
+    }
+    let mut hit = false;
+    for &a in &acc {
+        hit |= a > t;
+    }
+    for &v in rem {
+        hit |= v > t;
+    }
+    hit
+}
 
-/// The `k`-th largest value of `row` (1 <= k <= row.len(); NaN must already
-/// be mapped to -inf) by quickselect on `scratch`.
-pub(crate) fn kth_largest_select(row: &[f32], k: usize, scratch: &mut Vec<f32>) -> f32 {
-    scratch.clear();
-    scratch.extend_from_slice(row);
-    let Some(idx) = k.checked_sub(1).filter(|&i| i < scratch.len()) else {
-        return f32::NEG_INFINITY;
-    };
-    let (_, kth, _) = scratch.select_nth_unstable_by(idx, |a, b| b.total_cmp(a));
-    *kth
+/// Rows are scanned in blocks this long; a block with nothing above the
+/// current threshold is skipped after one vectorised check.
+const SKIP_BLOCK: usize = 64;
+
+multiversion! {
+    /// [`TopN::extend_row`]. Once the heap is full only values strictly
+    /// above its root can enter (ids only grow along the row, so an equal
+    /// value loses the tie-break), and whole blocks below the root are
+    /// skipped: for small n the row costs little more than a max pass.
+    fn extend_row(t: &mut TopN, row: &[f32]) {
+        for (b, block) in row.chunks(SKIP_BLOCK).enumerate() {
+            let base = b * SKIP_BLOCK;
+            if t.heap.len() < t.cap {
+                for (j, &v) in block.iter().enumerate() {
+                    t.push(v, (base + j) as u32);
+                }
+                continue;
+            }
+            let Some(&(root, _)) = t.heap.first() else {
+                // cap 0: nothing is ever kept.
+                return;
+            };
+            if !any_gt(block, root) {
+                continue;
+            }
+            for (j, &v) in block.iter().enumerate() {
+                if t.heap.first().is_some_and(|r| v > r.0) {
+                    t.push(v, (base + j) as u32);
+                }
+            }
+        }
+    }
+}
+
+/// True when some element of `x` is `>= t` (NaN never is).
+#[inline(always)]
+fn any_ge(x: &[f32], t: f32) -> bool {
+    let (chunks, rem) = x.as_chunks::<16>();
+    let mut acc = [f32::NEG_INFINITY; 16];
+    for c in chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a = if v > *a { v } else { *a };
+        }
+    }
+    let mut hit = false;
+    for &a in &acc {
+        hit |= a >= t;
+    }
+    for &v in rem {
+        hit |= v >= t;
+    }
+    hit
+}
+
+multiversion! {
+    /// Every (value, id) of `row` with value `>= floor`, in id order.
+    /// Branch-free compaction within each block (a write per element, the
+    /// length advancing only on a hit): survivors are scattered, so a branch
+    /// per element would mispredict often.
+    pub(crate) fn collect_at_least(row: &[f32], floor: f32, out: &mut Vec<(f32, u32)>) {
+        out.clear();
+        for (b, block) in row.chunks(SKIP_BLOCK).enumerate() {
+            if !any_ge(block, floor) {
+                continue;
+            }
+            let base = b * SKIP_BLOCK;
+            let start = out.len();
+            out.resize(start + block.len(), (0.0, 0));
+            let dst = &mut out[start..];
+            let mut n = 0;
+            for (j, &v) in block.iter().enumerate() {
+                dst[n] = (v, (base + j) as u32);
+                n += usize::from(v >= floor);
+            }
+            out.truncate(start + n);
+        }
+    }
+}
+
+multiversion! {
+    /// The `k`-th largest value of `row` (-inf if fewer than `k` values
+    /// exceed -inf; NaN must already be mapped to -inf), without sorting or
+    /// copying the row: values above a running threshold are buffered, and
+    /// whenever the buffer reaches `2k` a quickselect keeps its top `k` and
+    /// raises the threshold to the k-th. Values equal to the threshold may
+    /// be dropped since they cannot change the k-th value.
+    pub(crate) fn kth_largest(row: &[f32], k: usize, buf: &mut Vec<f32>) -> f32 {
+        let desc = |a: &f32, b: &f32| b.total_cmp(a);
+        buf.clear();
+        if k == 0 {
+            // Not a meaningful request; keeping everything is the safe answer.
+            return f32::NEG_INFINITY;
+        }
+        let mut threshold = f32::NEG_INFINITY;
+        for block in row.chunks(SKIP_BLOCK) {
+            if !any_gt(block, threshold) {
+                continue;
+            }
+            for &v in block {
+                if v > threshold {
+                    buf.push(v);
+                }
+            }
+            if buf.len() >= 2 * k {
+                buf.select_nth_unstable_by(k - 1, desc);
+                threshold = buf[k - 1];
+                buf.truncate(k);
+            }
+        }
+        if buf.len() < k {
+            return f32::NEG_INFINITY;
+        }
+        let (_, kth, _) = buf.select_nth_unstable_by(k - 1, desc);
+        *kth
+    }
 }
 
 /// Top-p over unnormalised probabilities `e` (values in [0, 1], total
 /// `total`, `hist` their mass per f32 exponent): fills `cands` with the
 /// nucleus, the smallest set of most likely tokens whose mass reaches
-/// `p * total`, and returns it. Tokens of zero weight are never included; at
-/// least one token is, when any has weight.
+/// `p * total`. Tokens of zero weight are never included; at least one
+/// token is, when any has weight. The kept tokens come in no particular
+/// order.
 ///
 /// vLLM (`apply_top_k_top_p_pytorch`) sorts ascending and masks tokens whose
 /// cumulative probability is `<= 1 - p`; in descending order that keeps a
 /// token exactly when the mass strictly before it is `< p`, which is the
-/// rule below. Instead of sorting the vocabulary, the exponent histogram
-/// locates the bucket where the running mass crosses `p`: buckets above it
-/// are kept whole, buckets below dropped, and only the boundary bucket's
-/// tokens are sorted. Sums are f64, so the cut agrees with an exact
-/// computation except when the mass before a token is within ~1e-12 of `p`.
+/// rule here. Instead of sorting the vocabulary, histograms of the weights'
+/// bits (exponent, then successive mantissa bytes) narrow down where the
+/// running mass crosses `p`: groups above the crossing are kept whole,
+/// groups below dropped, and only the final small group is sorted. Sums are
+/// f64, so the cut agrees with an exact computation except when the mass
+/// before a token is within ~1e-12 of `p`.
 pub(crate) fn nucleus(e: &[f32], hist: &ExpHist, total: f64, p: f64, cands: &mut Vec<(f32, u32)>) {
     cands.clear();
     let target = p * total;
-    // Bucket where the running mass (from the top) reaches the target, and
-    // the mass of the buckets above it.
+    // Exponent bucket where the running mass (from the top) reaches the
+    // target, and the mass of the buckets above it.
     let mut cut = None;
     let mut above = 0.0f64;
     for b in (1..256).rev() {
@@ -164,49 +279,104 @@ pub(crate) fn nucleus(e: &[f32], hist: &ExpHist, total: f64, p: f64, cands: &mut
     let Some((cut, mass_above)) = cut else {
         return;
     };
-    for (i, &v) in e.iter().enumerate() {
-        if v > 0.0 && exponent_bucket(v) >= cut {
-            cands.push((v, i as u32));
-        }
-    }
-    // Tokens above the boundary bucket first (kept whatever their order),
-    // then the boundary bucket, sorted.
-    let mut n_above = 0;
-    for j in 0..cands.len() {
-        if exponent_bucket(cands[j].0) > cut {
-            cands.swap(j, n_above);
-            n_above += 1;
-        }
-    }
-    cands[n_above..].sort_unstable_by(rank_order);
-    let mut acc = mass_above;
-    let mut keep = n_above;
-    for &(v, _) in &cands[n_above..] {
-        if keep > 0 && acc >= target {
-            break;
-        }
-        acc += f64::from(v);
-        keep += 1;
-    }
-    cands.truncate(keep);
+    // Everything in bucket >= cut: the smallest such value is 2^(cut-127).
+    collect_at_least(e, f32::from_bits((cut as u32) << 23), cands);
+    let (n_above, _) = partition3(cands, 0, |v| exponent_bucket(v).cmp(&cut));
+    refine(cands, n_above, mass_above, target, 15);
 }
 
-/// Top-p over a short candidate list (top-k survivors): sorts it and keeps
-/// the same prefix as [`nucleus`].
+/// Top-p over a candidate list (top-k survivors, weights in [0, 1]): keeps
+/// the same set as [`nucleus`] would.
 pub(crate) fn nucleus_of_list(cands: &mut Vec<(f32, u32)>, p: f64) {
-    cands.sort_unstable_by(rank_order);
     let total: f64 = cands.iter().map(|&(v, _)| f64::from(v)).sum();
-    let target = p * total;
-    let mut acc = 0.0f64;
-    let mut keep = 0;
-    for &(v, _) in cands.iter() {
-        if keep > 0 && acc >= target {
+    refine(cands, 0, 0.0, p * total, 23);
+}
+
+/// Groups this small are sorted outright.
+const SORT_BELOW: usize = 32;
+
+/// Bucket of `v` at a refinement level: 8 bits of its representation from
+/// `shift` up (23 = exponent, 15 / 7 = mantissa bytes, 0 = last 7 bits).
+#[inline(always)]
+fn level_key(v: f32, shift: u32) -> usize {
+    ((v.to_bits() >> shift) & 0xFF) as usize
+}
+
+/// Reorders `c[start..]` as (key > pivot, key == pivot, key < pivot) and
+/// returns the absolute ends of the first two groups.
+fn partition3(
+    c: &mut [(f32, u32)],
+    start: usize,
+    cmp: impl Fn(f32) -> std::cmp::Ordering,
+) -> (usize, usize) {
+    use std::cmp::Ordering::{Equal, Greater, Less};
+    let (mut lo, mut mid, mut hi) = (start, start, c.len());
+    while mid < hi {
+        match cmp(c[mid].0) {
+            Greater => {
+                c.swap(lo, mid);
+                lo += 1;
+                mid += 1;
+            }
+            Equal => mid += 1,
+            Less => {
+                hi -= 1;
+                c.swap(mid, hi);
+            }
+        }
+    }
+    (lo, hi)
+}
+
+/// `c[..start]` is already kept (mass `before`); `c[start..]` holds the
+/// rest of the candidates, all agreeing on the bits above `shift + 8`.
+/// Narrows down to the tokens kept by the top-p rule and truncates `c` to
+/// exactly the kept set.
+fn refine(c: &mut Vec<(f32, u32)>, mut start: usize, mut before: f64, target: f64, mut shift: u32) {
+    loop {
+        if c.len() - start <= SORT_BELOW || shift == 0 {
+            break;
+        }
+        let mut mass = [0.0f64; 256];
+        for &(v, _) in &c[start..] {
+            mass[level_key(v, shift)] += f64::from(v);
+        }
+        let mut cut = None;
+        for k in (0..256).rev() {
+            if mass[k] <= 0.0 {
+                continue;
+            }
+            cut = Some(k);
+            if before + mass[k] >= target {
+                break;
+            }
+            before += mass[k];
+        }
+        let Some(cut) = cut else {
+            // Nothing left has weight.
+            c.truncate(start);
+            return;
+        };
+        if before + mass[cut] < target {
+            // Rounding: even everything falls short of the target; keep all.
+            return;
+        }
+        let (above_end, eq_end) = partition3(c, start, |v| level_key(v, shift).cmp(&cut));
+        c.truncate(eq_end);
+        start = above_end;
+        shift = shift.saturating_sub(8);
+    }
+    c[start..].sort_unstable_by(rank_order);
+    let mut acc = before;
+    let mut keep = start;
+    for &(v, _) in &c[start..] {
+        if (keep > 0 && acc >= target) || v <= 0.0 {
             break;
         }
         acc += f64::from(v);
         keep += 1;
     }
-    cands.truncate(keep);
+    c.truncate(keep);
 }
 
 /// Inverse-CDF draw from a candidate list of (weight, id).
@@ -329,7 +499,7 @@ mod tests {
             t.reset(k);
             t.extend_row(&row);
             let mut s = Vec::new();
-            prop_assert_eq!(t.min_value(), Some(kth_largest_select(&row, k, &mut s)));
+            prop_assert_eq!(t.min_value(), Some(kth_largest(&row, k, &mut s)));
         }
     }
 }

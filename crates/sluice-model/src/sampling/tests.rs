@@ -656,6 +656,68 @@ fn large_vocab_top_p_matches_reference_distribution() {
     }
 }
 
+#[test]
+fn every_simd_level_gives_bit_identical_results() {
+    // The AVX-512, AVX2 and baseline builds of the kernels must agree
+    // exactly (tokens and logprob bits), or seeded streams would depend on
+    // the machine. Only levels this CPU supports are actually compared.
+    let v = 20_000;
+    let logits: Vec<f32> = (0..v)
+        .map(|i| {
+            let h = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
+            (h as f32 / (1u64 << 24) as f32) * 16.0 - 8.0
+        })
+        .collect();
+    let configs = [
+        SamplingParams {
+            logprobs: Some(5),
+            ..random(0.9)
+        },
+        SamplingParams {
+            top_k: 40,
+            top_p: 0.8,
+            ..random(1.2)
+        },
+        SamplingParams {
+            top_k: 9000,
+            min_p: 0.01,
+            ..random(0.6)
+        },
+        SamplingParams {
+            top_p: 0.95,
+            logprobs: Some(3),
+            ..random(1.0)
+        },
+        SamplingParams {
+            logprobs: Some(2),
+            ..SamplingParams::greedy(1)
+        },
+    ];
+    let run = |cap: u8, params: &SamplingParams| {
+        kernels::SIMD_CAP.with(|c| c.set(cap));
+        let mut s = RequestSampler::new(Arc::new(params.clone()), &[], 9);
+        let mut outputs = Vec::new();
+        let mut lps = Vec::new();
+        for step in 0..30 {
+            let mut row = logits.clone();
+            row.rotate_left(step * 97);
+            let out = s.sample(&mut row, &outputs);
+            outputs.push(out.token);
+            if let Some(lp) = out.logprobs {
+                lps.push(lp.sampled.logprob.to_bits());
+                lps.extend(lp.top.iter().map(|x| x.logprob.to_bits()));
+            }
+        }
+        kernels::SIMD_CAP.with(|c| c.set(2));
+        (outputs, lps)
+    };
+    for params in &configs {
+        let best = run(2, params);
+        assert_eq!(best, run(1, params), "AVX2 differs for {params:?}");
+        assert_eq!(best, run(0, params), "baseline differs for {params:?}");
+    }
+}
+
 fn arb_f32() -> impl Strategy<Value = f32> {
     prop_oneof![
         8 => -30.0f32..30.0,
@@ -798,5 +860,135 @@ proptest! {
             prop_assert!((f64::from(*logprob) - w).abs() < 1e-4 + w.abs() * 1e-6);
         }
         prop_assert_eq!(lp.top.len(), n.min(logits.len()));
+    }
+}
+
+/// Thread CPU time in ns (Linux), so timings survive a loaded machine;
+/// falls back to 0 (then only wall time means anything).
+fn thread_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Rough per-call cost at a Qwen2-sized vocabulary, on a peaked row (normal
+/// logits, sd 2.5, with a few tokens 10-13 above: the shape of real LM
+/// output) and on a flat one (uniform in [-10, 10], where top-p's nucleus
+/// holds thousands of tokens: the worst case). Not a test of anything; run
+/// with `cargo test --release -p sluice-model --lib sampling_timing --
+/// --ignored --nocapture --test-threads=1`.
+#[test]
+#[ignore]
+fn sampling_timing_152k() {
+    let v = 152_064;
+    let hash = |i: u64, salt: u64| {
+        let x = (i ^ salt.wrapping_mul(0xD1B5_4A32_D192_ED03)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        ((x >> 40) as f64 + 0.5) / (1u64 << 24) as f64
+    };
+    let flat: Vec<f32> = (0..v as u64)
+        .map(|i| (hash(i, 1) * 20.0 - 10.0) as f32)
+        .collect();
+    let mut peaked: Vec<f32> = (0..v as u64)
+        .map(|i| {
+            let (u1, u2) = (hash(i, 2), hash(i, 3));
+            let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+            (2.5 * z) as f32
+        })
+        .collect();
+    for j in 0..8 {
+        peaked[(j * 7919) % v] = 13.0 - j as f32 * 0.4;
+    }
+    let cases: Vec<(&str, SamplingParams)> = vec![
+        ("greedy", SamplingParams::greedy(1)),
+        ("temperature 0.8", random(0.8)),
+        (
+            "top_k=50",
+            SamplingParams {
+                top_k: 50,
+                ..random(0.8)
+            },
+        ),
+        (
+            "top_k=5000",
+            SamplingParams {
+                top_k: 5000,
+                ..random(0.8)
+            },
+        ),
+        (
+            "top_p=0.9",
+            SamplingParams {
+                top_p: 0.9,
+                ..random(0.8)
+            },
+        ),
+        (
+            "min_p=0.05",
+            SamplingParams {
+                min_p: 0.05,
+                ..random(0.8)
+            },
+        ),
+        (
+            "top_k=50,top_p=0.9,min_p=0.05",
+            SamplingParams {
+                top_k: 50,
+                top_p: 0.9,
+                min_p: 0.05,
+                ..random(0.8)
+            },
+        ),
+        (
+            "rep/freq/pres penalties",
+            SamplingParams {
+                repetition_penalty: 1.1,
+                frequency_penalty: 0.3,
+                presence_penalty: 0.2,
+                ..random(0.8)
+            },
+        ),
+        (
+            "greedy+logprobs=5",
+            SamplingParams {
+                logprobs: Some(5),
+                ..SamplingParams::greedy(1)
+            },
+        ),
+        (
+            "top_p=0.9+logprobs=20",
+            SamplingParams {
+                top_p: 0.9,
+                logprobs: Some(20),
+                ..random(0.8)
+            },
+        ),
+    ];
+    // 512 prompt tokens, 1024-2023 outputs so far.
+    let outputs: Vec<u32> = (0..4096u32)
+        .map(|i| i.wrapping_mul(2_654_435_761) % v as u32)
+        .collect();
+    println!(
+        "{:>32}  {:>12}  {:>12}   (µs CPU per call, incl. copying the row)",
+        "", "peaked", "flat"
+    );
+    let only = std::env::var("SAMPLING_TIMING_ONLY").ok();
+    for (name, params) in cases {
+        if only.as_deref().is_some_and(|o| !name.contains(o)) {
+            continue;
+        }
+        let mut per_row = Vec::new();
+        for logits in [&peaked, &flat] {
+            let mut s = RequestSampler::new(Arc::new(params.clone()), &outputs[..512], 1);
+            let mut row = logits.clone();
+            let iters = 1000;
+            let cpu = thread_cpu_ns();
+            for i in 0..iters {
+                row.copy_from_slice(logits);
+                std::hint::black_box(s.sample(&mut row, &outputs[..1024 + i]));
+            }
+            per_row.push((thread_cpu_ns() - cpu) as f64 / 1e3 / iters as f64);
+        }
+        println!("{name:>32}  {:>12.1}  {:>12.1}", per_row[0], per_row[1]);
     }
 }
