@@ -5,6 +5,8 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 mod bench_model;
+mod generate;
+mod options;
 mod replay;
 
 #[derive(Parser)]
@@ -22,6 +24,8 @@ struct Cli {
 enum Command {
     /// Replay a scheduler trace and write its decision log.
     Replay(replay::ReplayArgs),
+    /// Generate text offline (no server) with the serving engine.
+    Generate(generate::GenerateArgs),
     /// Benchmark the model runner on dummy weights (prefill, decode at
     /// several concurrency levels, peak memory).
     BenchModel(bench_model::BenchModelArgs),
@@ -31,6 +35,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Replay(args) => replay::run(args),
+        Command::Generate(args) => generate::run(args),
         Command::BenchModel(args) => bench_model::run(args),
     }
 }

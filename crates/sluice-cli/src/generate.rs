@@ -1,0 +1,291 @@
+//! `sluice generate`: offline generation through the same engine,
+//! detokenizer and stop-string handling as the server.
+//!
+//! Every prompt (`--prompt TEXT` and `--prompt-ids 1,2,3`, in the order
+//! given) is submitted at once, so they run together through the scheduler
+//! as one workload. `--json` prints one JSON object per prompt, in input
+//! order, when all are done; otherwise text is streamed to stdout.
+
+use crate::options::{flag_error, prepare_engine, ModelArgs, SchedulerArgs};
+use anyhow::{bail, Result};
+use clap::Args;
+use serde_json::json;
+use sluice_core::SamplingParams;
+use sluice_engine::{GenerateRequest, RequestStream, ShutdownMode};
+use std::io::Write;
+use std::process::ExitCode;
+
+#[derive(Args, Debug)]
+pub struct GenerateArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub scheduler: SchedulerArgs,
+
+    /// A prompt (repeatable). Tokenized with the model's special tokens
+    /// (e.g. Llama's BOS).
+    #[arg(long = "prompt", value_name = "TEXT")]
+    pub prompts: Vec<String>,
+    /// A prompt given as token ids, e.g. 1,2,3 (repeatable).
+    #[arg(long = "prompt-ids", value_name = "IDS", value_parser = parse_ids)]
+    pub prompt_ids: Vec<Vec<u32>>,
+
+    /// Most tokens to generate per prompt.
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    pub max_tokens: usize,
+    /// Tokens to generate before EOS / stop tokens are allowed.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub min_tokens: usize,
+    /// Sampling temperature; 0 is greedy.
+    #[arg(
+        long,
+        value_name = "T",
+        default_value_t = 1.0,
+        allow_negative_numbers = true
+    )]
+    pub temperature: f32,
+    #[arg(
+        long,
+        value_name = "P",
+        default_value_t = 1.0,
+        allow_negative_numbers = true
+    )]
+    pub top_p: f32,
+    /// 0 or -1 disables top-k.
+    #[arg(
+        long,
+        value_name = "K",
+        default_value_t = 0,
+        allow_negative_numbers = true
+    )]
+    pub top_k: i32,
+    #[arg(
+        long,
+        value_name = "P",
+        default_value_t = 0.0,
+        allow_negative_numbers = true
+    )]
+    pub min_p: f32,
+    /// Per-request seed (prompt i uses SEED + i).
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
+    #[arg(
+        long,
+        value_name = "X",
+        default_value_t = 0.0,
+        allow_negative_numbers = true
+    )]
+    pub presence_penalty: f32,
+    #[arg(
+        long,
+        value_name = "X",
+        default_value_t = 0.0,
+        allow_negative_numbers = true
+    )]
+    pub frequency_penalty: f32,
+    #[arg(
+        long,
+        value_name = "X",
+        default_value_t = 1.0,
+        allow_negative_numbers = true
+    )]
+    pub repetition_penalty: f32,
+    /// A stop string (repeatable).
+    #[arg(long, value_name = "TEXT")]
+    pub stop: Vec<String>,
+    /// Keep the stop string (and EOS text) in the output.
+    #[arg(long)]
+    pub include_stop_str_in_output: bool,
+    /// Keep generating past EOS.
+    #[arg(long)]
+    pub ignore_eos: bool,
+    /// Top logprobs to report per generated token.
+    #[arg(long, value_name = "N")]
+    pub logprobs: Option<usize>,
+    /// One JSON object per prompt, in input order.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_ids(s: &str) -> Result<Vec<u32>, String> {
+    let ids: Result<Vec<u32>, String> = s
+        .split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(|t| {
+            t.parse::<u32>()
+                .map_err(|_| format!("{t:?} is not a token id (a non-negative integer)"))
+        })
+        .collect();
+    let ids = ids?;
+    if ids.is_empty() {
+        return Err("expected comma-separated token ids, e.g. 1,2,3".into());
+    }
+    Ok(ids)
+}
+
+enum PromptArg {
+    Text(String),
+    Ids(Vec<u32>),
+}
+
+/// The prompts in command-line order. clap keeps the two flags in separate
+/// lists, so the interleaving is read back from the raw arguments.
+fn prompts_in_order(args: &GenerateArgs) -> Vec<PromptArg> {
+    let mut kinds = Vec::new();
+    let mut raw = std::env::args().skip(1);
+    while let Some(a) = raw.next() {
+        match a.as_str() {
+            "--" => break,
+            "--prompt" | "--prompt-ids" => {
+                kinds.push(a == "--prompt");
+                raw.next();
+            }
+            _ if a.starts_with("--prompt=") => kinds.push(true),
+            _ if a.starts_with("--prompt-ids=") => kinds.push(false),
+            _ => {}
+        }
+    }
+    let (mut texts, mut ids) = (args.prompts.iter(), args.prompt_ids.iter());
+    let consistent = kinds.iter().filter(|k| **k).count() == args.prompts.len()
+        && kinds.len() == args.prompts.len() + args.prompt_ids.len();
+    if !consistent {
+        kinds = vec![true; args.prompts.len()];
+        kinds.extend(vec![false; args.prompt_ids.len()]);
+    }
+    kinds
+        .into_iter()
+        .filter_map(|is_text| {
+            if is_text {
+                texts.next().map(|t| PromptArg::Text(t.clone()))
+            } else {
+                ids.next().map(|i| PromptArg::Ids(i.clone()))
+            }
+        })
+        .collect()
+}
+
+pub fn run(args: GenerateArgs) -> ExitCode {
+    match generate(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn generate(args: GenerateArgs) -> Result<()> {
+    let prompts = prompts_in_order(&args);
+    if prompts.is_empty() {
+        bail!("no prompt: give --prompt TEXT or --prompt-ids 1,2,3 (each repeatable)");
+    }
+    let prepared = prepare_engine(&args.model, &args.scheduler)?;
+    let tokenizer = prepared.tokenizer.clone();
+    if !args.json {
+        eprintln!(
+            "sluice: model {}, {} KV blocks of {} tokens, max_model_len {}",
+            prepared.model_name,
+            sluice_engine::Executor::num_kv_blocks(&prepared.executor),
+            prepared.config.scheduler.block_size,
+            prepared.config.scheduler.max_model_len
+        );
+    }
+    let engine = prepared.start()?;
+
+    let base = SamplingParams {
+        n: 1,
+        max_tokens: args.max_tokens,
+        min_tokens: args.min_tokens,
+        temperature: args.temperature,
+        top_p: args.top_p,
+        top_k: args.top_k,
+        min_p: args.min_p,
+        seed: args.seed,
+        presence_penalty: args.presence_penalty,
+        frequency_penalty: args.frequency_penalty,
+        repetition_penalty: args.repetition_penalty,
+        ignore_eos: args.ignore_eos,
+        stop: args.stop.clone(),
+        include_stop_str_in_output: args.include_stop_str_in_output,
+        logprobs: args.logprobs,
+        ..SamplingParams::default()
+    };
+    let mut jobs: Vec<(Vec<u32>, RequestStream)> = Vec::with_capacity(prompts.len());
+    for (i, prompt) in prompts.into_iter().enumerate() {
+        let ids = match prompt {
+            PromptArg::Ids(ids) => ids,
+            PromptArg::Text(text) => tokenizer.encode(&text, true)?,
+        };
+        let params = SamplingParams {
+            seed: base.seed.map(|s| s.wrapping_add(i as u64)),
+            ..base.clone()
+        };
+        let stream = engine
+            .generate(GenerateRequest::new(ids.clone(), params))
+            .map_err(|e| anyhow::anyhow!("prompt {}: {}", i + 1, flag_error(&e)))?;
+        jobs.push((ids, stream));
+    }
+
+    let many = jobs.len() > 1;
+    let mut stdout = std::io::stdout().lock();
+    let mut failed = None;
+    for (i, (prompt_ids, mut stream)) in jobs.into_iter().enumerate() {
+        if !args.json && many {
+            writeln!(stdout, "=== prompt {} ===", i + 1)?;
+        }
+        let mut token_ids = Vec::new();
+        let mut text = String::new();
+        let mut logprobs = Vec::new();
+        let mut finish = None;
+        while let Some(out) = stream.blocking_next() {
+            token_ids.extend_from_slice(&out.token_ids);
+            if args.json {
+                text.push_str(&out.text);
+            } else {
+                write!(stdout, "{}", out.text)?;
+                stdout.flush()?;
+            }
+            for lp in &out.logprobs {
+                let mut top = lp.top.clone();
+                top.sort_by(|a, b| b.logprob.total_cmp(&a.logprob));
+                logprobs.push(
+                    top.iter()
+                        .map(|t| json!({"id": t.token_id, "logprob": t.logprob}))
+                        .collect::<Vec<_>>(),
+                );
+            }
+            if out.finished.is_some() {
+                finish = out.finished;
+            }
+        }
+        if let Some(f) = &finish {
+            if let Some(err) = &f.error {
+                failed.get_or_insert_with(|| format!("prompt {}: {err}", i + 1));
+            }
+        }
+        let reason = finish.as_ref().map_or("unknown", |f| f.reason.as_str());
+        if args.json {
+            let obj = json!({
+                "prompt_ids": prompt_ids,
+                "token_ids": token_ids,
+                "text": text,
+                "logprobs": args.logprobs.map(|_| logprobs),
+                "finish_reason": reason,
+            });
+            writeln!(stdout, "{obj}")?;
+        } else {
+            writeln!(stdout)?;
+            let u = stream.usage();
+            eprintln!(
+                "[finish_reason={reason} prompt_tokens={} completion_tokens={} cached_tokens={}]",
+                u.prompt_tokens, u.completion_tokens, u.cached_tokens
+            );
+        }
+    }
+    engine.shutdown_blocking(ShutdownMode::Drain);
+    match failed {
+        Some(e) => bail!("{e}"),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,259 @@
+//! Flags shared by the commands that run a model (`generate`, `serve`):
+//! which model, how to load it, and the scheduler's options under vLLM's
+//! CLI names; and `prepare_engine`, which turns them into an engine ready
+//! to start.
+//!
+//! Promises: every bad value is reported naming its flag, never a panic;
+//! with no `--model` the built-in tiny model (dummy weights, byte-level
+//! tokenizer) is used and a line on stderr says so.
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use sluice_core::{SchedulerConfig, SchedulingPolicy};
+use sluice_engine::{Engine, EngineConfig, KvCacheSize, ModelExecutor, Tokenizer};
+use sluice_model::{DType, LoadFormat, ModelSpec};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// The built-in model used when no `--model` is given.
+pub const DEFAULT_BUILTIN: &str = "tiny";
+
+/// Which model to run and how.
+#[derive(Args, Clone, Debug)]
+pub struct ModelArgs {
+    /// A Hugging Face model directory (config.json, *.safetensors,
+    /// tokenizer.json). Without it (and without --builtin) the built-in tiny
+    /// model runs.
+    #[arg(long, value_name = "DIR")]
+    pub model: Option<PathBuf>,
+    /// A built-in model config (tiny, qwen2.5-0.5b), run with dummy weights
+    /// and the built-in byte-level tokenizer.
+    #[arg(long, value_name = "NAME", conflicts_with = "model")]
+    pub builtin: Option<String>,
+    /// auto (the checkpoint's weights) or dummy (random weights of the
+    /// config's shape, no weight files needed).
+    #[arg(long, value_name = "FORMAT", default_value = "auto")]
+    pub load_format: LoadFormat,
+    /// Weight dtype: auto (the checkpoint's), f32 or bf16.
+    #[arg(long, value_name = "DTYPE", default_value = "auto")]
+    pub dtype: DType,
+    /// Seed of dummy weights and of the default per-request sampling seeds.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub model_seed: u64,
+    /// Memory for the KV cache, e.g. 512MiB, 2GiB, 1000000000 (bytes).
+    #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = parse_size)]
+    pub kv_cache_memory: usize,
+    /// Kernel threads (default: every core).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub threads: Option<u32>,
+}
+
+/// The scheduler's options, under vLLM's names.
+#[derive(Args, Clone, Debug)]
+pub struct SchedulerArgs {
+    /// Most requests running at once.
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    pub max_num_seqs: usize,
+    /// Token budget of one step [default: 8192, or max-model-len if larger
+    /// with chunked prefill off].
+    #[arg(long, value_name = "N")]
+    pub max_num_batched_tokens: Option<usize>,
+    /// Context length (prompt + output) [default: the model's
+    /// max_position_embeddings].
+    #[arg(long, value_name = "N")]
+    pub max_model_len: Option<usize>,
+    /// Tokens per KV block.
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    pub block_size: usize,
+    /// KV blocks in host memory, overriding --kv-cache-memory.
+    #[arg(long, value_name = "N")]
+    pub num_gpu_blocks_override: Option<usize>,
+    /// Reuse KV blocks of identical prompt prefixes (on by default).
+    #[arg(long, overrides_with = "no_enable_prefix_caching")]
+    pub enable_prefix_caching: bool,
+    #[arg(long, overrides_with = "enable_prefix_caching")]
+    pub no_enable_prefix_caching: bool,
+    /// Split long prompts over several steps (on by default).
+    #[arg(long, overrides_with = "no_enable_chunked_prefill")]
+    pub enable_chunked_prefill: bool,
+    #[arg(long, overrides_with = "enable_chunked_prefill")]
+    pub no_enable_chunked_prefill: bool,
+    /// Most tokens one request may take in a step when others wait (0 = off).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub long_prefill_token_threshold: usize,
+    /// fcfs or priority.
+    #[arg(long, value_name = "POLICY", default_value = "fcfs")]
+    pub scheduling_policy: SchedulingPolicy,
+}
+
+/// "1GiB", "512MiB", "64KiB", "2GB", "1000" (bytes).
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (e.g. 512MiB, 2GiB, 1000000)"))?;
+    let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" => 1e3,
+        "m" | "mb" => 1e6,
+        "g" | "gb" => 1e9,
+        "kib" => 1024.0,
+        "mib" => 1024.0 * 1024.0,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        other => {
+            return Err(format!(
+                "unknown size unit {other:?} in {s:?} (use B, KiB, MiB, GiB, KB, MB, GB)"
+            ))
+        }
+    };
+    let bytes = value * scale;
+    if !(bytes.is_finite() && bytes >= 1.0) {
+        return Err(format!("{s:?} must be a positive size"));
+    }
+    Ok(bytes as usize)
+}
+
+/// A model loaded, its tokenizer, and the engine configuration, before the
+/// engine thread starts (a command may adjust `config` first).
+pub struct PreparedEngine {
+    pub config: EngineConfig,
+    pub executor: ModelExecutor,
+    pub tokenizer: Arc<Tokenizer>,
+    /// A name for the model (its directory's name, or the built-in's).
+    pub model_name: String,
+}
+
+impl PreparedEngine {
+    pub fn start(self) -> Result<Engine> {
+        Engine::start(self.config, Box::new(self.executor), self.tokenizer)
+            .map_err(|e| anyhow::anyhow!(flag_error(&e)))
+    }
+}
+
+/// An engine error naming a flag as the user typed it (`max_model_len` →
+/// `--max-model-len`).
+pub fn flag_error(e: &sluice_engine::EngineError) -> String {
+    match e {
+        sluice_engine::EngineError::Invalid(f) => {
+            format!("--{}: {}", f.field.replace('_', "-"), f.message)
+        }
+        other => other.to_string(),
+    }
+}
+
+/// Loads the model and tokenizer and builds the engine configuration.
+pub fn prepare_engine(model: &ModelArgs, sched: &SchedulerArgs) -> Result<PreparedEngine> {
+    if let Some(n) = model.threads {
+        sluice_model::kernels::set_num_threads(n as usize);
+    }
+    let builtin = match (&model.model, &model.builtin) {
+        (None, None) => {
+            eprintln!(
+                "sluice: no --model given: running the built-in {DEFAULT_BUILTIN:?} model \
+                 (dummy weights, byte-level tokenizer)"
+            );
+            Some(DEFAULT_BUILTIN.to_string())
+        }
+        (None, Some(name)) => Some(name.clone()),
+        (Some(_), _) => None,
+    };
+    let spec = ModelSpec {
+        dir: model.model.clone(),
+        builtin: builtin.clone(),
+        // A built-in config has no weight files: dummy is the only format.
+        load_format: if builtin.is_some() {
+            LoadFormat::Dummy
+        } else {
+            model.load_format
+        },
+        dtype: model.dtype,
+        seed: model.model_seed,
+    };
+    let loaded = sluice_model::load_model(&spec).with_context(|| match &model.model {
+        Some(dir) => format!("--model {}", dir.display()),
+        None => format!("--builtin {}", builtin.as_deref().unwrap_or_default()),
+    })?;
+    let tokenizer = match &model.model {
+        Some(dir) => {
+            Tokenizer::from_dir(dir).with_context(|| format!("--model {}", dir.display()))?
+        }
+        None => Tokenizer::builtin(),
+    };
+    let model_name = match (&model.model, &builtin) {
+        (Some(dir), _) => dir
+            .canonicalize()
+            .ok()
+            .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_else(|| dir.display().to_string()),
+        (None, Some(name)) => name.clone(),
+        (None, None) => DEFAULT_BUILTIN.to_string(),
+    };
+
+    let enable_chunked_prefill = !sched.no_enable_chunked_prefill;
+    let max_model_len = sched
+        .max_model_len
+        .unwrap_or(loaded.config.max_position_embeddings);
+    if max_model_len > loaded.config.max_position_embeddings {
+        bail!(
+            "--max-model-len: {max_model_len} is larger than the model's max_position_embeddings ({})",
+            loaded.config.max_position_embeddings
+        );
+    }
+    let max_num_batched_tokens =
+        sched
+            .max_num_batched_tokens
+            .unwrap_or(if enable_chunked_prefill {
+                8192
+            } else {
+                max_model_len.max(8192)
+            });
+    if sched.block_size == 0 {
+        bail!("--block-size: must be at least 1");
+    }
+    let kv_size = match sched.num_gpu_blocks_override {
+        Some(n) => KvCacheSize::Blocks(n),
+        None => KvCacheSize::Bytes(model.kv_cache_memory),
+    };
+    let executor = ModelExecutor::new(&loaded, sched.block_size, kv_size, model.model_seed)
+        .context("--kv-cache-memory / --num-gpu-blocks-override")?;
+    let scheduler = SchedulerConfig {
+        max_num_seqs: sched.max_num_seqs,
+        max_num_batched_tokens,
+        max_model_len,
+        block_size: sched.block_size,
+        enable_prefix_caching: !sched.no_enable_prefix_caching,
+        enable_chunked_prefill,
+        long_prefill_token_threshold: sched.long_prefill_token_threshold,
+        policy: sched.scheduling_policy,
+        ..SchedulerConfig::default()
+    };
+    let config = EngineConfig::new(scheduler)
+        .with_model_eos(&tokenizer, &loaded.generation_config.eos_token_ids);
+    Ok(PreparedEngine {
+        config,
+        executor,
+        tokenizer: Arc::new(tokenizer),
+        model_name,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_units() {
+        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_size("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_size("2GB"), Ok(2_000_000_000));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("1.5KiB"), Ok(1536));
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("1XB").is_err());
+        assert!(parse_size("0").is_err());
+    }
+}
