@@ -61,10 +61,11 @@
 //! pass, and an inverse-CDF scan of per-block sums; top-k finds the k-th
 //! value by a filtered quickselect over a 2k-element buffer, collects the
 //! survivors and (unless k is a large part of the vocabulary) finishes on
-//! that list without the vocabulary-wide exponential pass; top-p
-//! locates the nucleus with a histogram over the probabilities' float
-//! exponents and sorts only the boundary bucket. Logprob top-n uses an
-//! n-element heap. The vocabulary-wide loops are compiled for AVX-512,
+//! that list without the vocabulary-wide exponential pass; top-p locates
+//! the nucleus with a histogram of the probabilities' float exponents,
+//! refines the boundary bucket by mantissa bytes and sorts only the final
+//! small group. Logprob top-n uses an n-element heap whose full blocks are
+//! skipped after one vectorised compare. The vocabulary-wide loops are compiled for AVX-512,
 //! AVX2 and the baseline and picked at run time, with bit-identical results
 //! (`kernels.rs`). Scratch buffers live in the sampler, so steady-state calls
 //! allocate only the returned logprob list.

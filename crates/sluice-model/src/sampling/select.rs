@@ -261,28 +261,34 @@ multiversion! {
 pub(crate) fn nucleus(e: &[f32], hist: &ExpHist, total: f64, p: f64, cands: &mut Vec<(f32, u32)>) {
     cands.clear();
     let target = p * total;
-    // Exponent bucket where the running mass (from the top) reaches the
-    // target, and the mass of the buckets above it.
-    let mut cut = None;
-    let mut above = 0.0f64;
-    for b in (1..256).rev() {
-        let m = hist.mass[b];
-        if m <= 0.0 {
-            continue;
-        }
-        cut = Some((b, above));
-        if above + m >= target {
-            break;
-        }
-        above += m;
-    }
-    let Some((cut, mass_above)) = cut else {
+    let Some((cut, mass_above)) = crossing(&hist.mass, 1, 0.0, target) else {
         return;
     };
     // Everything in bucket >= cut: the smallest such value is 2^(cut-127).
     collect_at_least(e, f32::from_bits((cut as u32) << 23), cands);
     let (n_above, _) = partition3(cands, 0, |v| exponent_bucket(v).cmp(&cut));
     refine(cands, n_above, mass_above, target, 15);
+}
+
+/// Walking `mass` from the highest bucket down (ignoring buckets below
+/// `lowest` and empty ones), the bucket where `before` plus the running mass
+/// first reaches `target`, with the mass before it. When rounding leaves the
+/// total short of the target, the lowest non-empty bucket (so everything is
+/// kept). `None` when no bucket has mass.
+fn crossing(mass: &[f64; 256], lowest: usize, before: f64, target: f64) -> Option<(usize, f64)> {
+    let mut acc = before;
+    let mut last = None;
+    for (k, &m) in mass.iter().enumerate().skip(lowest).rev() {
+        if m <= 0.0 {
+            continue;
+        }
+        if acc + m >= target {
+            return Some((k, acc));
+        }
+        last = Some((k, acc));
+        acc += m;
+    }
+    last
 }
 
 /// Top-p over a candidate list (top-k survivors, weights in [0, 1]): keeps
@@ -341,26 +347,12 @@ fn refine(c: &mut Vec<(f32, u32)>, mut start: usize, mut before: f64, target: f6
         for &(v, _) in &c[start..] {
             mass[level_key(v, shift)] += f64::from(v);
         }
-        let mut cut = None;
-        for k in (0..256).rev() {
-            if mass[k] <= 0.0 {
-                continue;
-            }
-            cut = Some(k);
-            if before + mass[k] >= target {
-                break;
-            }
-            before += mass[k];
-        }
-        let Some(cut) = cut else {
+        let Some((cut, mass_above)) = crossing(&mass, 0, before, target) else {
             // Nothing left has weight.
             c.truncate(start);
             return;
         };
-        if before + mass[cut] < target {
-            // Rounding: even everything falls short of the target; keep all.
-            return;
-        }
+        before = mass_above;
         let (above_end, eq_end) = partition3(c, start, |v| level_key(v, shift).cmp(&cut));
         c.truncate(eq_end);
         start = above_end;
@@ -485,6 +477,24 @@ mod tests {
             let mut c = Vec::new();
             nucleus(&e, &hist, total, p, &mut c);
             let mut got: Vec<u32> = c.iter().map(|x| x.1).collect();
+            got.sort_unstable();
+            prop_assert_eq!(got, want);
+        }
+
+        #[test]
+        fn nucleus_of_list_matches_full_sort_with_ties(
+            // Few distinct weights: many exact ties, so refinement runs down
+            // to the last level and the id tie-break decides the cut.
+            picks in prop::collection::vec(0usize..6, 1..400),
+            p in 0.0f64..1.0,
+        ) {
+            const W: [f32; 6] = [1.0, 0.75, 0.5, 0.125, 0.1, 0.0];
+            let e: Vec<f32> = picks.iter().map(|&i| W[i]).collect();
+            let (want, margin) = naive_nucleus(&e, p);
+            prop_assume!(margin > 1e-9);
+            let mut list: Vec<(f32, u32)> = e.iter().enumerate().map(|(i, &v)| (v, i as u32)).collect();
+            nucleus_of_list(&mut list, p);
+            let mut got: Vec<u32> = list.iter().map(|x| x.1).collect();
             got.sort_unstable();
             prop_assert_eq!(got, want);
         }

@@ -178,7 +178,7 @@ fn large_top_k_uses_selection_and_masks_the_rest() {
         ..random(0.2)
     });
     let mut outputs = Vec::new();
-    for _ in 0..2000 {
+    for _ in 0..300 {
         let mut row = logits.clone();
         let t = s.sample(&mut row, &outputs).token;
         assert!(logits[t as usize] >= kth);
@@ -649,7 +649,7 @@ fn large_vocab_top_p_matches_reference_distribution() {
         ..random(1.0)
     });
     let mut outputs = Vec::new();
-    for _ in 0..200 {
+    for _ in 0..40 {
         let t = s.sample(&mut logits.clone(), &outputs).token;
         assert!(nucleus[t as usize], "token {t} outside the nucleus");
         outputs.push(t);
@@ -661,7 +661,7 @@ fn every_simd_level_gives_bit_identical_results() {
     // The AVX-512, AVX2 and baseline builds of the kernels must agree
     // exactly (tokens and logprob bits), or seeded streams would depend on
     // the machine. Only levels this CPU supports are actually compared.
-    let v = 20_000;
+    let v = 6_000;
     let logits: Vec<f32> = (0..v)
         .map(|i| {
             let h = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
@@ -679,9 +679,14 @@ fn every_simd_level_gives_bit_identical_results() {
             ..random(1.2)
         },
         SamplingParams {
-            top_k: 9000,
+            top_k: 2000,
             min_p: 0.01,
             ..random(0.6)
+        },
+        SamplingParams {
+            top_k: 3000,
+            top_p: 0.7,
+            ..random(1.0)
         },
         SamplingParams {
             top_p: 0.95,
@@ -698,7 +703,7 @@ fn every_simd_level_gives_bit_identical_results() {
         let mut s = RequestSampler::new(Arc::new(params.clone()), &[], 9);
         let mut outputs = Vec::new();
         let mut lps = Vec::new();
-        for step in 0..30 {
+        for step in 0..20 {
             let mut row = logits.clone();
             row.rotate_left(step * 97);
             let out = s.sample(&mut row, &outputs);
