@@ -1,0 +1,228 @@
+//! The matmul driver: cuts `out[m×n]` into tasks for the thread pool and
+//! each task into register tiles for a microkernel.
+//!
+//! Owns: blocking, task planning, and the `Tile` interface every microkernel
+//! implements. Promises: each output element is computed by exactly one
+//! microkernel call over the whole of `k`, so how the work is cut (`m`, the
+//! thread count, the tile shape) never changes a result — batch invariance
+//! reduces to each microkernel's per-element order, which depends on `k` and
+//! the path only.
+//!
+//! Loop order inside a task: for each `nt`-column tile of the task's columns,
+//! for each `mr`-row tile of its rows. The weight tile (`nt` rows of `w`) is
+//! read from memory once per task and then served from L1/L2 to every row
+//! tile, so for decode batches (`m` ≤ 32) the weights stream once whatever
+//! `m` is; for prefill the task's block of `x` (sized to stay in L2) is
+//! reused across its column tiles.
+
+use super::pool;
+
+/// One register tile: `out[i][j] = dot(x row i, w row j) (+ bias[j])` for
+/// `i < mr`, `j < nr`.
+pub(crate) struct Tile<X, W> {
+    /// First of `mr` rows of activations, `ldx` elements apart.
+    pub x: *const X,
+    pub ldx: usize,
+    pub mr: usize,
+    /// First of `nr` weight rows, `k` elements apart.
+    pub w: *const W,
+    pub nr: usize,
+    pub k: usize,
+    /// `out[0][0]`; rows `ldo` apart.
+    pub out: *mut f32,
+    pub ldo: usize,
+    /// `nr` biases, or null.
+    pub bias: *const f32,
+}
+
+/// A microkernel family and the tile shapes it supports.
+pub(crate) struct Micro<X, W> {
+    /// Most rows per tile.
+    pub mr: usize,
+    /// Columns per tile when `m > 1`.
+    pub nr: usize,
+    /// Columns per tile when `m == 1` (more weight streams in flight).
+    pub nr_m1: usize,
+    /// Computes one tile. Callers guarantee `1 <= mr <= self.mr`, `1 <= nr
+    /// <= max(nr, nr_m1)` (the latter only with `mr == 1`), pointers valid
+    /// for the extents given, and the CPU features the kernel needs.
+    pub tile: unsafe fn(&Tile<X, W>),
+}
+
+/// A matmul call with its operands checked.
+pub(crate) struct Problem<'a, X, W> {
+    /// `m` rows of `k` values, `ldx` apart (`ldx >= k`).
+    pub x: &'a [X],
+    pub ldx: usize,
+    pub m: usize,
+    pub k: usize,
+    /// `n` rows of `k` values.
+    pub w: &'a [W],
+    pub n: usize,
+    pub bias: Option<&'a [f32]>,
+}
+
+/// Bytes of `x` a prefill task keeps hot (its row block), about half of L2.
+const X_BLOCK_BYTES: usize = 384 * 1024;
+/// At or below this many rows, a task takes every row (decode batches).
+const SMALL_M: usize = 64;
+/// Tasks per thread, so a thread slowed by another process hands its share
+/// over to the others.
+const TASKS_PER_THREAD: usize = 8;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Plan {
+    /// Columns per register tile.
+    pub nt: usize,
+    /// Rows per task.
+    pub mc: usize,
+    /// Columns per task (a multiple of `nt`).
+    pub nc: usize,
+    pub m_blocks: usize,
+    pub n_chunks: usize,
+}
+
+pub(crate) fn plan(
+    m: usize,
+    n: usize,
+    ldx_bytes: usize,
+    mr: usize,
+    nt: usize,
+    threads: usize,
+) -> Plan {
+    let mc = if m <= SMALL_M {
+        m.max(1)
+    } else {
+        let rows = (X_BLOCK_BYTES / ldx_bytes.max(1)).clamp(mr, 512);
+        (rows / mr * mr).min(m)
+    };
+    let m_blocks = m.div_ceil(mc).max(1);
+    let n_tiles = n.div_ceil(nt).max(1);
+    let want_tasks = if threads > 1 {
+        threads * TASKS_PER_THREAD
+    } else {
+        1
+    };
+    let want_chunks = want_tasks.div_ceil(m_blocks).max(1);
+    let tiles_per_chunk = n_tiles.div_ceil(want_chunks).max(1);
+    let nc = tiles_per_chunk * nt;
+    Plan {
+        nt,
+        mc,
+        nc,
+        m_blocks,
+        n_chunks: n.div_ceil(nc).max(1),
+    }
+}
+
+/// A raw pointer that tasks on other threads may write through. Each task
+/// writes only its own disjoint rectangle of `out`.
+#[derive(Clone, Copy)]
+struct SyncPtr(*mut f32);
+// SAFETY: tasks write disjoint elements (see `run`), and `pool::run` returns
+// only after every task finished, while `out` is still borrowed.
+unsafe impl Send for SyncPtr {}
+// SAFETY: as above.
+unsafe impl Sync for SyncPtr {}
+
+/// Runs `p` with microkernel `micro` on up to `threads` threads.
+///
+/// # Safety
+/// The CPU must have the features `micro.tile` was compiled for.
+pub(crate) unsafe fn run<X: Sync, W: Sync>(
+    micro: &Micro<X, W>,
+    p: &Problem<'_, X, W>,
+    out: &mut [f32],
+    threads: usize,
+) {
+    let (m, n, k) = (p.m, p.n, p.k);
+    debug_assert!(p.ldx >= k);
+    debug_assert!(m == 0 || p.x.len() >= (m - 1) * p.ldx + k);
+    debug_assert_eq!(p.w.len(), n * k);
+    debug_assert_eq!(out.len(), m * n);
+    debug_assert!(p.bias.is_none_or(|b| b.len() == n));
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        for row in out.chunks_exact_mut(n) {
+            match p.bias {
+                Some(b) => row.copy_from_slice(b),
+                None => row.fill(0.0),
+            }
+        }
+        return;
+    }
+    let nt = if m == 1 { micro.nr_m1 } else { micro.nr };
+    let pl = plan(
+        m,
+        n,
+        p.ldx * std::mem::size_of::<X>(),
+        micro.mr,
+        nt,
+        threads,
+    );
+    let out_ptr = SyncPtr(out.as_mut_ptr());
+    let task = |t: usize| {
+        let out_ptr = out_ptr;
+        let (b, c) = (t / pl.n_chunks, t % pl.n_chunks);
+        let (i0, i1) = (b * pl.mc, ((b + 1) * pl.mc).min(m));
+        let (j0, j1) = (c * pl.nc, ((c + 1) * pl.nc).min(n));
+        let mut j = j0;
+        while j < j1 {
+            let nr = pl.nt.min(j1 - j);
+            let mut i = i0;
+            while i < i1 {
+                let mr = micro.mr.min(i1 - i);
+                let tile = Tile {
+                    // SAFETY (pointer arithmetic): i < m, j < n, so these
+                    // stay inside `x`, `w`, `out`, `bias`.
+                    x: unsafe { p.x.as_ptr().add(i * p.ldx) },
+                    ldx: p.ldx,
+                    mr,
+                    w: unsafe { p.w.as_ptr().add(j * k) },
+                    nr,
+                    k,
+                    out: unsafe { out_ptr.0.add(i * n + j) },
+                    ldo: n,
+                    bias: p
+                        .bias
+                        .map_or(std::ptr::null(), |b| unsafe { b.as_ptr().add(j) }),
+                };
+                // SAFETY: rows i..i+mr of x (ldx apart, k valid each) and
+                // rows j..j+nr of w exist; out rows i..i+mr, columns j..j+nr
+                // belong to this task alone; the caller vouched for the CPU.
+                unsafe { (micro.tile)(&tile) };
+                i += mr;
+            }
+            j += nr;
+        }
+    };
+    pool::run(threads, pl.m_blocks * pl.n_chunks, &task);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_covers_everything_with_aligned_chunks() {
+        for &(m, n, k) in &[
+            (1, 896, 896),
+            (32, 9728, 896),
+            (512, 896, 4864),
+            (2048, 32000, 896),
+            (3, 5, 7),
+        ] {
+            for threads in [1, 2, 4] {
+                let p = plan(m, n, k * 2, 4, 6, threads);
+                assert!(p.mc * p.m_blocks >= m && p.mc * (p.m_blocks - 1) < m);
+                assert!(p.nc * p.n_chunks >= n && p.nc * (p.n_chunks - 1) < n);
+                assert_eq!(p.nc % p.nt, 0);
+                if m > SMALL_M {
+                    assert_eq!(p.mc % 4, 0);
+                }
+            }
+        }
+    }
+}
