@@ -71,11 +71,13 @@ pub struct SchedulerArgs {
     /// Reuse KV blocks of identical prompt prefixes (on by default).
     #[arg(long, overrides_with = "no_enable_prefix_caching")]
     pub enable_prefix_caching: bool,
+    /// Turn prefix caching off.
     #[arg(long, overrides_with = "enable_prefix_caching")]
     pub no_enable_prefix_caching: bool,
     /// Split long prompts over several steps (on by default).
     #[arg(long, overrides_with = "no_enable_chunked_prefill")]
     pub enable_chunked_prefill: bool,
+    /// Turn chunked prefill off (a prompt is computed in one step).
     #[arg(long, overrides_with = "enable_chunked_prefill")]
     pub no_enable_chunked_prefill: bool,
     /// Most tokens one request may take in a step when others wait (0 = off).
