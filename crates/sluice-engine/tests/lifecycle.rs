@@ -408,3 +408,13 @@ fn the_engine_thread_sleeps_when_idle_and_wakes_for_work() {
     }
     engine.shutdown_blocking(ShutdownMode::Drain);
 }
+
+#[test]
+fn handles_and_streams_can_cross_threads() {
+    // What an async server needs: a shared handle, streams it can move into
+    // a response body.
+    fn shared<T: Send + Sync + Clone + 'static>() {}
+    fn movable<T: Send + Unpin + 'static>() {}
+    shared::<sluice_engine::Engine>();
+    movable::<sluice_engine::RequestStream>();
+}
