@@ -181,8 +181,13 @@ fn bench(args: &BenchModelArgs) -> Result<()> {
         bail!("--concurrency levels must be at least 1");
     }
     sluice_model::kernels::set_num_threads(args.threads);
-    let (mut config, generation) = builtin::config(&args.model)?;
+    let (mut config, mut generation) = builtin::config(&args.model)?;
     config.vocab_size = args.vocab_size;
+    // A smaller vocabulary may cut off the EOS ids; the benchmark ignores
+    // EOS anyway.
+    let in_vocab = |id: &u32| (*id as usize) < args.vocab_size;
+    config.eos_token_ids.retain(in_vocab);
+    generation.eos_token_ids.retain(in_vocab);
     config.validate().context("--vocab-size")?;
     let t0 = Instant::now();
     let loaded = load_dummy(config, generation, dtype, args.seed)?;
