@@ -6,6 +6,10 @@
 //! batch invariance carries over), and the loops are written so the compiler
 //! vectorises them on any target without `unsafe`.
 
+// Tile and lane loops index several arrays by the same (i, j, l); ranges
+// read closer to the math than zipped iterators.
+#![allow(clippy::needless_range_loop)]
+
 use super::reduce::tree16;
 
 /// `Σ a[i]·b[i]`: lane `l` accumulates `i ≡ l (mod 16)` in order, then
@@ -52,7 +56,10 @@ fn sum_squares(v: &[f32]) -> f32 {
 /// If `x` is not a whole number of rows or `out` differs in length.
 pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
     let h = weight.len();
-    assert!(h > 0 && x.len() % h == 0, "rms_norm: x is not rows of {h}");
+    assert!(
+        h > 0 && x.len().is_multiple_of(h),
+        "rms_norm: x is not rows of {h}"
+    );
     assert_eq!(x.len(), out.len(), "rms_norm: out length");
     for (xr, or) in x.chunks_exact(h).zip(out.chunks_exact_mut(h)) {
         let inv = 1.0 / (sum_squares(xr) / h as f32 + eps).sqrt();
@@ -69,7 +76,7 @@ pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
 /// If the shapes disagree.
 pub fn silu_mul(gate_up: &[f32], width: usize, out: &mut [f32]) {
     assert!(
-        width > 0 && gate_up.len() % (2 * width) == 0,
+        width > 0 && gate_up.len().is_multiple_of(2 * width),
         "silu_mul: gate_up is not rows of 2×{width}"
     );
     assert_eq!(out.len() * 2, gate_up.len(), "silu_mul: out length");
@@ -109,7 +116,10 @@ pub fn softmax_in_place(x: &mut [f32]) {
 /// If `x` is not a whole number of rows.
 pub fn add_bias(x: &mut [f32], bias: &[f32]) {
     let n = bias.len();
-    assert!(n > 0 && x.len() % n == 0, "add_bias: x is not rows of {n}");
+    assert!(
+        n > 0 && x.len().is_multiple_of(n),
+        "add_bias: x is not rows of {n}"
+    );
     for row in x.chunks_exact_mut(n) {
         for (v, b) in row.iter_mut().zip(bias) {
             *v += b;

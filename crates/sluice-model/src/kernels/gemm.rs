@@ -39,14 +39,20 @@ pub(crate) struct Tile<X, W> {
 pub(crate) struct Micro<X, W> {
     /// Most rows per tile.
     pub mr: usize,
-    /// Columns per tile when `m > 1`.
+    /// Columns per tile of `tile`.
     pub nr: usize,
-    /// Columns per tile when `m == 1` (more weight streams in flight).
-    pub nr_m1: usize,
-    /// Computes one tile. Callers guarantee `1 <= mr <= self.mr`, `1 <= nr
-    /// <= max(nr, nr_m1)` (the latter only with `mr == 1`), pointers valid
+    /// Columns per tile of `tile_stream`.
+    pub nr_stream: usize,
+    /// Computes one tile, interleaving its weight rows step by step so each
+    /// loaded `x` vector serves `nr` rows (compute-bound prefill). Callers
+    /// guarantee `1 <= mr <= self.mr`, `1 <= nr <= self.nr`, pointers valid
     /// for the extents given, and the CPU features the kernel needs.
     pub tile: unsafe fn(&Tile<X, W>),
+    /// The same result bit for bit, but reading the tile's weight rows one
+    /// after the other: a single sequential stream the hardware prefetcher
+    /// follows, which is what a decode step (`m <= mr`, memory-bound) needs.
+    /// Same contract with `nr <= self.nr_stream`.
+    pub tile_stream: unsafe fn(&Tile<X, W>),
 }
 
 /// A matmul call with its operands checked.
@@ -119,6 +125,13 @@ pub(crate) fn plan(
 /// writes only its own disjoint rectangle of `out`.
 #[derive(Clone, Copy)]
 struct SyncPtr(*mut f32);
+
+impl SyncPtr {
+    /// By method, so closures capture the `Sync` wrapper, not the field.
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
 // SAFETY: tasks write disjoint elements (see `run`), and `pool::run` returns
 // only after every task finished, while `out` is still borrowed.
 unsafe impl Send for SyncPtr {}
@@ -153,7 +166,14 @@ pub(crate) unsafe fn run<X: Sync, W: Sync>(
         }
         return;
     }
-    let nt = if m == 1 { micro.nr_m1 } else { micro.nr };
+    // One row tile covers all of x: the call is bound by streaming the
+    // weights, so read them sequentially.
+    let streaming = m <= micro.mr;
+    let (nt, tile_fn) = if streaming {
+        (micro.nr_stream, micro.tile_stream)
+    } else {
+        (micro.nr, micro.tile)
+    };
     let pl = plan(
         m,
         n,
@@ -164,7 +184,6 @@ pub(crate) unsafe fn run<X: Sync, W: Sync>(
     );
     let out_ptr = SyncPtr(out.as_mut_ptr());
     let task = |t: usize| {
-        let out_ptr = out_ptr;
         let (b, c) = (t / pl.n_chunks, t % pl.n_chunks);
         let (i0, i1) = (b * pl.mc, ((b + 1) * pl.mc).min(m));
         let (j0, j1) = (c * pl.nc, ((c + 1) * pl.nc).min(n));
@@ -183,7 +202,7 @@ pub(crate) unsafe fn run<X: Sync, W: Sync>(
                     w: unsafe { p.w.as_ptr().add(j * k) },
                     nr,
                     k,
-                    out: unsafe { out_ptr.0.add(i * n + j) },
+                    out: unsafe { out_ptr.get().add(i * n + j) },
                     ldo: n,
                     bias: p
                         .bias
@@ -192,7 +211,7 @@ pub(crate) unsafe fn run<X: Sync, W: Sync>(
                 // SAFETY: rows i..i+mr of x (ldx apart, k valid each) and
                 // rows j..j+nr of w exist; out rows i..i+mr, columns j..j+nr
                 // belong to this task alone; the caller vouched for the CPU.
-                unsafe { (micro.tile)(&tile) };
+                unsafe { tile_fn(&tile) };
                 i += mr;
             }
             j += nr;

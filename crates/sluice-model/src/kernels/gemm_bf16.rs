@@ -15,6 +15,10 @@
 //!
 //! None of these depends on the tile shape, `m` or the thread count.
 
+// Tile and lane loops index several arrays by the same (i, j, l); ranges
+// read closer to the math than zipped iterators.
+#![allow(clippy::needless_range_loop)]
+
 use super::gemm::{Micro, Tile};
 use super::reduce::tree16;
 
@@ -24,12 +28,18 @@ fn widen(b: u16) -> f32 {
     f32::from_bits((b as u32) << 16)
 }
 
-/// Expands to a `match (t.mr, t.nr)` calling `$f::<MR, NR>(t)` for each
-/// supported shape.
+/// Expands to a `match (t.mr, t.nr)` calling `$f::<MR, NR>(t)` (or
+/// `$f::<MR, NR, EXTRA>(t)`) for each supported shape.
 macro_rules! tile_shapes {
     ($f:ident, $t:expr; $($mr:literal => [$($nr:literal),*]);* $(;)?) => {
         match ($t.mr, $t.nr) {
             $($( ($mr, $nr) => $f::<$mr, $nr>($t), )*)*
+            (mr, nr) => unreachable!("no {mr}×{nr} tile"),
+        }
+    };
+    ($f:ident, $t:expr, $extra:expr; $($mr:literal => [$($nr:literal),*]);* $(;)?) => {
+        match ($t.mr, $t.nr) {
+            $($( ($mr, $nr) => $f::<$mr, $nr, $extra>($t), )*)*
             (mr, nr) => unreachable!("no {mr}×{nr} tile"),
         }
     };
@@ -41,8 +51,9 @@ pub(crate) use tile_shapes;
 pub(crate) const PORTABLE: Micro<f32, u16> = Micro {
     mr: 2,
     nr: 4,
-    nr_m1: 4,
+    nr_stream: 4,
     tile: tile_portable,
+    tile_stream: tile_portable,
 };
 
 /// # Safety
@@ -125,14 +136,16 @@ mod x86 {
     pub(crate) const AVX512: Micro<u16, u16> = Micro {
         mr: 4,
         nr: 6,
-        nr_m1: 8,
+        nr_stream: 8,
         tile: tile_avx512,
+        tile_stream: tile_avx512_stream,
     };
     pub(crate) const AVX2: Micro<f32, u16> = Micro {
         mr: 3,
         nr: 4,
-        nr_m1: 8,
+        nr_stream: 8,
         tile: tile_avx2,
+        tile_stream: tile_avx2_stream,
     };
 
     /// Rounds `x[m×k]` to bf16 into `dst`, rows `ldx = k` rounded up to
@@ -173,8 +186,8 @@ mod x86 {
     unsafe fn tile_avx512(t: &Tile<u16, u16>) {
         // SAFETY: forwarded.
         unsafe {
-            tile_shapes!(avx512_impl, t;
-                1 => [1, 2, 3, 4, 5, 6, 7, 8];
+            tile_shapes!(avx512_impl, t, false;
+                1 => [1, 2, 3, 4, 5, 6];
                 2 => [1, 2, 3, 4, 5, 6];
                 3 => [1, 2, 3, 4, 5, 6];
                 4 => [1, 2, 3, 4, 5, 6];
@@ -185,41 +198,80 @@ mod x86 {
     /// # Safety
     /// As for `tile_avx512`.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-    unsafe fn avx512_impl<const MR: usize, const NR: usize>(t: &Tile<u16, u16>) {
+    unsafe fn tile_avx512_stream(t: &Tile<u16, u16>) {
+        // SAFETY: forwarded.
+        unsafe {
+            tile_shapes!(avx512_impl, t, true;
+                1 => [1, 2, 3, 4, 5, 6, 7, 8];
+                2 => [1, 2, 3, 4, 5, 6, 7, 8];
+                3 => [1, 2, 3, 4, 5, 6, 7, 8];
+                4 => [1, 2, 3, 4, 5, 6, 7, 8];
+            )
+        }
+    }
+
+    /// One tile; `STREAM` picks the loop nest (weight rows one after the
+    /// other, or all rows per k-step). Each accumulator sees the same
+    /// sequence of `vdpbf16ps` either way.
+    ///
+    /// # Safety
+    /// As for `tile_avx512`.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+    unsafe fn avx512_impl<const MR: usize, const NR: usize, const STREAM: bool>(
+        t: &Tile<u16, u16>,
+    ) {
         let k = t.k;
         let steps = k / 32;
         let rem = k % 32;
+        let tail = steps * 32;
+        let mask: __mmask32 = ((1u64 << rem) - 1) as __mmask32;
         let xp: [*const u16; MR] = std::array::from_fn(|i| t.x.wrapping_add(i * t.ldx));
         let wp: [*const u16; NR] = std::array::from_fn(|j| t.w.wrapping_add(j * k));
+        // SAFETY (all loads below): elements off..off+32 for off < tail lie
+        // inside every x and w row; at `tail`, x rows are padded to a
+        // multiple of 32 with zeros so the full load stays in the buffer,
+        // and w loads are masked to the row's last `rem` elements.
+        let ld =
+            |p: *const u16| -> __m512bh { unsafe { transmute(_mm512_loadu_si512(p as *const _)) } };
+        let ld_tail = |p: *const u16| -> __m512bh {
+            unsafe { transmute(_mm512_maskz_loadu_epi16(mask, p as *const i16)) }
+        };
         let mut acc = [[_mm512_setzero_ps(); NR]; MR];
-        for s in 0..steps {
-            let off = s * 32;
-            // SAFETY: element off..off+32 lies inside every x and w row.
-            unsafe {
-                let xv: [__m512bh; MR] = std::array::from_fn(|i| {
-                    transmute(_mm512_loadu_si512(xp[i].add(off) as *const _))
-                });
+        if STREAM {
+            for j in 0..NR {
+                let mut a = [_mm512_setzero_ps(); MR];
+                for s in 0..steps {
+                    let off = s * 32;
+                    let wv = ld(wp[j].wrapping_add(off));
+                    for i in 0..MR {
+                        a[i] = _mm512_dpbf16_ps(a[i], ld(xp[i].wrapping_add(off)), wv);
+                    }
+                }
+                if rem != 0 {
+                    let wv = ld_tail(wp[j].wrapping_add(tail));
+                    for i in 0..MR {
+                        a[i] = _mm512_dpbf16_ps(a[i], ld(xp[i].wrapping_add(tail)), wv);
+                    }
+                }
+                for i in 0..MR {
+                    acc[i][j] = a[i];
+                }
+            }
+        } else {
+            for s in 0..steps {
+                let off = s * 32;
+                let xv: [__m512bh; MR] = std::array::from_fn(|i| ld(xp[i].wrapping_add(off)));
                 for j in 0..NR {
-                    let wv: __m512bh = transmute(_mm512_loadu_si512(wp[j].add(off) as *const _));
+                    let wv = ld(wp[j].wrapping_add(off));
                     for i in 0..MR {
                         acc[i][j] = _mm512_dpbf16_ps(acc[i][j], xv[i], wv);
                     }
                 }
             }
-        }
-        if rem != 0 {
-            let off = steps * 32;
-            let mask: __mmask32 = (1u32 << rem) - 1;
-            // SAFETY: x rows are padded to a multiple of 32 so the full load
-            // stays inside the buffer (padding is zero); w loads are masked
-            // to the row's last `rem` elements.
-            unsafe {
-                let xv: [__m512bh; MR] = std::array::from_fn(|i| {
-                    transmute(_mm512_loadu_si512(xp[i].add(off) as *const _))
-                });
+            if rem != 0 {
+                let xv: [__m512bh; MR] = std::array::from_fn(|i| ld(xp[i].wrapping_add(tail)));
                 for j in 0..NR {
-                    let wv: __m512bh =
-                        transmute(_mm512_maskz_loadu_epi16(mask, wp[j].add(off) as *const i16));
+                    let wv = ld_tail(wp[j].wrapping_add(tail));
                     for i in 0..MR {
                         acc[i][j] = _mm512_dpbf16_ps(acc[i][j], xv[i], wv);
                     }
@@ -236,10 +288,24 @@ mod x86 {
     unsafe fn tile_avx2(t: &Tile<f32, u16>) {
         // SAFETY: forwarded.
         unsafe {
-            tile_shapes!(avx2_impl, t;
-                1 => [1, 2, 3, 4, 5, 6, 7, 8];
+            tile_shapes!(avx2_impl, t, false;
+                1 => [1, 2, 3, 4];
                 2 => [1, 2, 3, 4];
                 3 => [1, 2, 3, 4];
+            )
+        }
+    }
+
+    /// # Safety
+    /// As for `tile_avx2`.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn tile_avx2_stream(t: &Tile<f32, u16>) {
+        // SAFETY: forwarded.
+        unsafe {
+            tile_shapes!(avx2_impl, t, true;
+                1 => [1, 2, 3, 4, 5, 6, 7, 8];
+                2 => [1, 2, 3, 4, 5, 6, 7, 8];
+                3 => [1, 2, 3, 4, 5, 6, 7, 8];
             )
         }
     }
@@ -251,50 +317,77 @@ mod x86 {
         _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(v)))
     }
 
+    /// One tile, loop nest chosen by `STREAM` as in `avx512_impl`.
+    ///
     /// # Safety
     /// As for `tile_avx2`.
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn avx2_impl<const MR: usize, const NR: usize>(t: &Tile<f32, u16>) {
+    unsafe fn avx2_impl<const MR: usize, const NR: usize, const STREAM: bool>(t: &Tile<f32, u16>) {
         let k = t.k;
         let steps = k / 8;
         let rem = k % 8;
-        let xp: [*const f32; MR] = std::array::from_fn(|i| t.x.wrapping_add(i * t.ldx));
-        let wp: [*const u16; NR] = std::array::from_fn(|j| t.w.wrapping_add(j * k));
+        let tail = steps * 8;
+        // The tail goes through zeroed stack copies: AVX2 has no 16-bit
+        // masked load, and zeros leave the sums unchanged.
+        let mut xb = [[0.0f32; 8]; MR];
+        let mut wb = [[0u16; 8]; NR];
+        for i in 0..MR {
+            // SAFETY: tail + rem == k: the end of row i.
+            xb[i][..rem].copy_from_slice(unsafe {
+                std::slice::from_raw_parts(t.x.add(i * t.ldx + tail), rem)
+            });
+        }
+        for j in 0..NR {
+            // SAFETY: as above, for w row j.
+            wb[j][..rem]
+                .copy_from_slice(unsafe { std::slice::from_raw_parts(t.w.add(j * k + tail), rem) });
+        }
+        // SAFETY (loads): off + 8 <= tail <= k inside every row; the tail
+        // reads the 8-element stack copies.
+        let ldx = |i: usize, off: usize| -> __m256 {
+            unsafe { _mm256_loadu_ps(t.x.add(i * t.ldx + off)) }
+        };
+        let ldw = |j: usize, off: usize| -> __m256 {
+            unsafe { widen8(_mm_loadu_si128(t.w.add(j * k + off) as *const __m128i)) }
+        };
+        let ldx_tail = |i: usize| -> __m256 { unsafe { _mm256_loadu_ps(xb[i].as_ptr()) } };
+        let ldw_tail = |j: usize| -> __m256 {
+            unsafe { widen8(_mm_loadu_si128(wb[j].as_ptr() as *const __m128i)) }
+        };
         let mut acc = [[_mm256_setzero_ps(); NR]; MR];
-        for s in 0..steps {
-            let off = s * 8;
-            // SAFETY: element off..off+8 lies inside every x and w row.
-            unsafe {
-                let xv: [__m256; MR] = std::array::from_fn(|i| _mm256_loadu_ps(xp[i].add(off)));
+        if STREAM {
+            for j in 0..NR {
+                let mut a = [_mm256_setzero_ps(); MR];
+                for s in 0..steps {
+                    let wv = ldw(j, s * 8);
+                    for i in 0..MR {
+                        a[i] = _mm256_fmadd_ps(ldx(i, s * 8), wv, a[i]);
+                    }
+                }
+                if rem != 0 {
+                    let wv = ldw_tail(j);
+                    for i in 0..MR {
+                        a[i] = _mm256_fmadd_ps(ldx_tail(i), wv, a[i]);
+                    }
+                }
+                for i in 0..MR {
+                    acc[i][j] = a[i];
+                }
+            }
+        } else {
+            for s in 0..steps {
+                let xv: [__m256; MR] = std::array::from_fn(|i| ldx(i, s * 8));
                 for j in 0..NR {
-                    let wv = widen8(_mm_loadu_si128(wp[j].add(off) as *const __m128i));
+                    let wv = ldw(j, s * 8);
                     for i in 0..MR {
                         acc[i][j] = _mm256_fmadd_ps(xv[i], wv, acc[i][j]);
                     }
                 }
             }
-        }
-        if rem != 0 {
-            let off = steps * 8;
-            // The tail goes through zeroed stack copies: AVX2 has no 16-bit
-            // masked load, and zeros leave the sums unchanged.
-            let mut xb = [[0.0f32; 8]; MR];
-            let mut wb = [[0u16; 8]; NR];
-            for i in 0..MR {
-                // SAFETY: off + rem == k, inside row i.
-                xb[i][..rem]
-                    .copy_from_slice(unsafe { std::slice::from_raw_parts(xp[i].add(off), rem) });
-            }
-            for j in 0..NR {
-                // SAFETY: as above, for w row j.
-                wb[j][..rem]
-                    .copy_from_slice(unsafe { std::slice::from_raw_parts(wp[j].add(off), rem) });
-            }
-            // SAFETY: loads from the local 8-element buffers.
-            unsafe {
-                let xv: [__m256; MR] = std::array::from_fn(|i| _mm256_loadu_ps(xb[i].as_ptr()));
+            if rem != 0 {
+                let xv: [__m256; MR] = std::array::from_fn(ldx_tail);
                 for j in 0..NR {
-                    let wv = widen8(_mm_loadu_si128(wb[j].as_ptr() as *const __m128i));
+                    let wv = ldw_tail(j);
                     for i in 0..MR {
                         acc[i][j] = _mm256_fmadd_ps(xv[i], wv, acc[i][j]);
                     }

@@ -12,6 +12,10 @@
 //!
 //! None of these depends on the tile shape, `m` or the thread count.
 
+// Tile and lane loops index several arrays by the same (i, j, l); ranges
+// read closer to the math than zipped iterators.
+#![allow(clippy::needless_range_loop)]
+
 use super::gemm::{Micro, Tile};
 use super::gemm_bf16::tile_shapes;
 use super::reduce::tree16;
@@ -21,8 +25,9 @@ use super::reduce::tree16;
 pub(crate) const PORTABLE: Micro<f32, f32> = Micro {
     mr: 2,
     nr: 4,
-    nr_m1: 4,
+    nr_stream: 4,
     tile: tile_portable,
+    tile_stream: tile_portable,
 };
 
 /// # Safety
@@ -99,14 +104,16 @@ mod x86 {
     pub(crate) const AVX512: Micro<f32, f32> = Micro {
         mr: 4,
         nr: 6,
-        nr_m1: 8,
+        nr_stream: 8,
         tile: tile_avx512,
+        tile_stream: tile_avx512_stream,
     };
     pub(crate) const AVX2: Micro<f32, f32> = Micro {
         mr: 3,
         nr: 4,
-        nr_m1: 8,
+        nr_stream: 8,
         tile: tile_avx2,
+        tile_stream: tile_avx2_stream,
     };
 
     /// # Safety
@@ -115,8 +122,8 @@ mod x86 {
     unsafe fn tile_avx512(t: &Tile<f32, f32>) {
         // SAFETY: forwarded.
         unsafe {
-            tile_shapes!(avx512_impl, t;
-                1 => [1, 2, 3, 4, 5, 6, 7, 8];
+            tile_shapes!(avx512_impl, t, false;
+                1 => [1, 2, 3, 4, 5, 6];
                 2 => [1, 2, 3, 4, 5, 6];
                 3 => [1, 2, 3, 4, 5, 6];
                 4 => [1, 2, 3, 4, 5, 6];
@@ -127,36 +134,76 @@ mod x86 {
     /// # Safety
     /// As for `tile_avx512`.
     #[target_feature(enable = "avx512f,avx2,fma")]
-    unsafe fn avx512_impl<const MR: usize, const NR: usize>(t: &Tile<f32, f32>) {
+    unsafe fn tile_avx512_stream(t: &Tile<f32, f32>) {
+        // SAFETY: forwarded.
+        unsafe {
+            tile_shapes!(avx512_impl, t, true;
+                1 => [1, 2, 3, 4, 5, 6, 7, 8];
+                2 => [1, 2, 3, 4, 5, 6, 7, 8];
+                3 => [1, 2, 3, 4, 5, 6, 7, 8];
+                4 => [1, 2, 3, 4, 5, 6, 7, 8];
+            )
+        }
+    }
+
+    /// One tile; `STREAM` picks the loop nest (weight rows one after the
+    /// other, or all rows per k-step). Each accumulator sees the same
+    /// sequence of FMAs either way.
+    ///
+    /// # Safety
+    /// As for `tile_avx512`.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    unsafe fn avx512_impl<const MR: usize, const NR: usize, const STREAM: bool>(
+        t: &Tile<f32, f32>,
+    ) {
         let k = t.k;
         let steps = k / 16;
         let rem = k % 16;
-        let xp: [*const f32; MR] = std::array::from_fn(|i| t.x.wrapping_add(i * t.ldx));
-        let wp: [*const f32; NR] = std::array::from_fn(|j| t.w.wrapping_add(j * k));
+        let tail = steps * 16;
+        let mask: __mmask16 = ((1u32 << rem) - 1) as __mmask16;
+        // SAFETY (all loads below): elements off..off+16 for off < tail lie
+        // inside every row; at `tail` the masked loads touch only the row's
+        // last `rem` elements.
+        let ldx = |i: usize, off: usize| unsafe { _mm512_loadu_ps(t.x.add(i * t.ldx + off)) };
+        let ldw = |j: usize, off: usize| unsafe { _mm512_loadu_ps(t.w.add(j * k + off)) };
+        let ldx_tail =
+            |i: usize| unsafe { _mm512_maskz_loadu_ps(mask, t.x.wrapping_add(i * t.ldx + tail)) };
+        let ldw_tail =
+            |j: usize| unsafe { _mm512_maskz_loadu_ps(mask, t.w.wrapping_add(j * k + tail)) };
         let mut acc = [[_mm512_setzero_ps(); NR]; MR];
-        for s in 0..steps {
-            let off = s * 16;
-            // SAFETY: element off..off+16 lies inside every x and w row.
-            unsafe {
-                let xv: [__m512; MR] = std::array::from_fn(|i| _mm512_loadu_ps(xp[i].add(off)));
+        if STREAM {
+            for j in 0..NR {
+                let mut a = [_mm512_setzero_ps(); MR];
+                for s in 0..steps {
+                    let wv = ldw(j, s * 16);
+                    for i in 0..MR {
+                        a[i] = _mm512_fmadd_ps(ldx(i, s * 16), wv, a[i]);
+                    }
+                }
+                if rem != 0 {
+                    let wv = ldw_tail(j);
+                    for i in 0..MR {
+                        a[i] = _mm512_fmadd_ps(ldx_tail(i), wv, a[i]);
+                    }
+                }
+                for i in 0..MR {
+                    acc[i][j] = a[i];
+                }
+            }
+        } else {
+            for s in 0..steps {
+                let xv: [__m512; MR] = std::array::from_fn(|i| ldx(i, s * 16));
                 for j in 0..NR {
-                    let wv = _mm512_loadu_ps(wp[j].add(off));
+                    let wv = ldw(j, s * 16);
                     for i in 0..MR {
                         acc[i][j] = _mm512_fmadd_ps(xv[i], wv, acc[i][j]);
                     }
                 }
             }
-        }
-        if rem != 0 {
-            let off = steps * 16;
-            let mask: __mmask16 = ((1u32 << rem) - 1) as __mmask16;
-            // SAFETY: masked loads touch only the last `rem` elements of
-            // each row.
-            unsafe {
-                let xv: [__m512; MR] =
-                    std::array::from_fn(|i| _mm512_maskz_loadu_ps(mask, xp[i].add(off)));
+            if rem != 0 {
+                let xv: [__m512; MR] = std::array::from_fn(ldx_tail);
                 for j in 0..NR {
-                    let wv = _mm512_maskz_loadu_ps(mask, wp[j].add(off));
+                    let wv = ldw_tail(j);
                     for i in 0..MR {
                         acc[i][j] = _mm512_fmadd_ps(xv[i], wv, acc[i][j]);
                     }
@@ -173,10 +220,24 @@ mod x86 {
     unsafe fn tile_avx2(t: &Tile<f32, f32>) {
         // SAFETY: forwarded.
         unsafe {
-            tile_shapes!(avx2_impl, t;
-                1 => [1, 2, 3, 4, 5, 6, 7, 8];
+            tile_shapes!(avx2_impl, t, false;
+                1 => [1, 2, 3, 4];
                 2 => [1, 2, 3, 4];
                 3 => [1, 2, 3, 4];
+            )
+        }
+    }
+
+    /// # Safety
+    /// As for `tile_avx2`.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn tile_avx2_stream(t: &Tile<f32, f32>) {
+        // SAFETY: forwarded.
+        unsafe {
+            tile_shapes!(avx2_impl, t, true;
+                1 => [1, 2, 3, 4, 5, 6, 7, 8];
+                2 => [1, 2, 3, 4, 5, 6, 7, 8];
+                3 => [1, 2, 3, 4, 5, 6, 7, 8];
             )
         }
     }
@@ -189,39 +250,60 @@ mod x86 {
         _mm256_cmpgt_epi32(_mm256_set1_epi32(rem as i32), idx)
     }
 
+    /// One tile, loop nest chosen by `STREAM` as in `avx512_impl`.
+    ///
     /// # Safety
     /// As for `tile_avx2`.
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn avx2_impl<const MR: usize, const NR: usize>(t: &Tile<f32, f32>) {
+    unsafe fn avx2_impl<const MR: usize, const NR: usize, const STREAM: bool>(t: &Tile<f32, f32>) {
         let k = t.k;
         let steps = k / 8;
         let rem = k % 8;
-        let xp: [*const f32; MR] = std::array::from_fn(|i| t.x.wrapping_add(i * t.ldx));
-        let wp: [*const f32; NR] = std::array::from_fn(|j| t.w.wrapping_add(j * k));
+        let tail = steps * 8;
+        let mask = first_lanes(rem);
+        // SAFETY (all loads below): off + 8 <= tail <= k inside every row;
+        // at `tail` the masked loads touch only the last `rem` elements
+        // (masked-off lanes never fault).
+        let ldx = |i: usize, off: usize| unsafe { _mm256_loadu_ps(t.x.add(i * t.ldx + off)) };
+        let ldw = |j: usize, off: usize| unsafe { _mm256_loadu_ps(t.w.add(j * k + off)) };
+        let ldx_tail =
+            |i: usize| unsafe { _mm256_maskload_ps(t.x.wrapping_add(i * t.ldx + tail), mask) };
+        let ldw_tail =
+            |j: usize| unsafe { _mm256_maskload_ps(t.w.wrapping_add(j * k + tail), mask) };
         let mut acc = [[_mm256_setzero_ps(); NR]; MR];
-        for s in 0..steps {
-            let off = s * 8;
-            // SAFETY: element off..off+8 lies inside every x and w row.
-            unsafe {
-                let xv: [__m256; MR] = std::array::from_fn(|i| _mm256_loadu_ps(xp[i].add(off)));
+        if STREAM {
+            for j in 0..NR {
+                let mut a = [_mm256_setzero_ps(); MR];
+                for s in 0..steps {
+                    let wv = ldw(j, s * 8);
+                    for i in 0..MR {
+                        a[i] = _mm256_fmadd_ps(ldx(i, s * 8), wv, a[i]);
+                    }
+                }
+                if rem != 0 {
+                    let wv = ldw_tail(j);
+                    for i in 0..MR {
+                        a[i] = _mm256_fmadd_ps(ldx_tail(i), wv, a[i]);
+                    }
+                }
+                for i in 0..MR {
+                    acc[i][j] = a[i];
+                }
+            }
+        } else {
+            for s in 0..steps {
+                let xv: [__m256; MR] = std::array::from_fn(|i| ldx(i, s * 8));
                 for j in 0..NR {
-                    let wv = _mm256_loadu_ps(wp[j].add(off));
+                    let wv = ldw(j, s * 8);
                     for i in 0..MR {
                         acc[i][j] = _mm256_fmadd_ps(xv[i], wv, acc[i][j]);
                     }
                 }
             }
-        }
-        if rem != 0 {
-            let off = steps * 8;
-            let mask = first_lanes(rem);
-            // SAFETY: masked loads touch only the last `rem` elements of
-            // each row (masked-off lanes never fault).
-            unsafe {
-                let xv: [__m256; MR] =
-                    std::array::from_fn(|i| _mm256_maskload_ps(xp[i].add(off), mask));
+            if rem != 0 {
+                let xv: [__m256; MR] = std::array::from_fn(ldx_tail);
                 for j in 0..NR {
-                    let wv = _mm256_maskload_ps(wp[j].add(off), mask);
+                    let wv = ldw_tail(j);
                     for i in 0..MR {
                         acc[i][j] = _mm256_fmadd_ps(xv[i], wv, acc[i][j]);
                     }

@@ -194,7 +194,7 @@ pub fn run(threads: usize, n: usize, f: &(dyn Fn(usize) + Sync)) {
     let mut spins = 0u32;
     while job.pending.load(Ordering::Acquire) != 0 {
         spins = spins.wrapping_add(1);
-        if spins % 64 == 0 && start.elapsed() > SPIN {
+        if spins.is_multiple_of(64) && start.elapsed() > SPIN {
             // A helper was descheduled (busy machine): give it the core.
             thread::yield_now();
         } else {
@@ -300,7 +300,7 @@ fn wait_for_new_epoch(pool: &Pool, seen: u64, me: &Worker) -> u64 {
             return s;
         }
         spins = spins.wrapping_add(1);
-        if spins % 256 != 0 || start.elapsed() < SPIN {
+        if !spins.is_multiple_of(256) || start.elapsed() < SPIN {
             std::hint::spin_loop();
             continue;
         }

@@ -10,6 +10,10 @@
 //! each lane accumulates the same k elements in the same order in every
 //! tile shape; see `mod.rs`).
 
+// Tile and lane loops index several arrays by the same (i, j, l); ranges
+// read closer to the math than zipped iterators.
+#![allow(clippy::needless_range_loop)]
+
 /// The 16-lane tree: halves are added pairwise, `v[l] + v[l+8]`, then
 /// `+4`, `+2`, `+1`.
 #[inline]

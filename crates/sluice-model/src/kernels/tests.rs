@@ -8,6 +8,10 @@
 //! and must lie within `(k/8 + 8)·2⁻²³·Σ|xᵢwᵢ|` of it: the longest chain of
 //! f32 additions any path performs per element, times the unit roundoff.
 
+// Tile and lane loops index several arrays by the same (i, j, l); ranges
+// read closer to the math than zipped iterators.
+#![allow(clippy::needless_range_loop)]
+
 use super::*;
 use proptest::prelude::*;
 
@@ -95,6 +99,7 @@ fn run(
 }
 
 /// Checks `got` against the exact product of what `path` multiplies.
+#[allow(clippy::too_many_arguments)]
 fn check_close(
     path: KernelPath,
     d: Dtype,

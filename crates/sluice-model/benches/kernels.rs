@@ -1,0 +1,373 @@
+//! Criterion benchmarks of the matmul kernels on the Qwen2.5-0.5B shapes.
+//!
+//! Run: `cargo bench -p sluice-model --bench kernels` (a filter narrows it,
+//! e.g. `-- decode/`). Groups and what their throughput means:
+//! - `bandwidth`: a plain streaming read (the machine's read bandwidth, the
+//!   bound for m = 1); bytes/s.
+//! - `decode`: m = 1, weight bytes/s; weights rotate through copies larger
+//!   than L3 so every call streams from DRAM as in a real forward pass.
+//! - `batch`: m = 8 / 32 decode batches, weight bytes/s (≈ decode's when
+//!   the weights stream once for all rows).
+//! - `prefill`: m = 128 / 512; "elements"/s are FLOP/s (2·m·n·k per call).
+//! - `candle`: candle 0.11's CPU matmul on the same shapes, for comparison.
+//! - `model`: every linear layer of the 24-layer model plus the lm_head;
+//!   "elements"/s are tokens/s of the matmuls alone.
+//! - `dispatch`: the cost of one empty `parallel_for` (vs rayon's join).
+//!
+//! The kernel path can be capped with `SLUICE_KERNEL=portable|avx2|avx512`.
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use sluice_model::kernels::{self, MatmulOptions, WeightRef};
+use std::hint::black_box;
+use std::time::Duration;
+
+/// (name, k = in_features, n = out_features) of the 0.5B model's linears.
+const SHAPES: [(&str, usize, usize); 5] = [
+    ("qkv_896x1152", 896, 1152),
+    ("o_896x896", 896, 896),
+    ("gate_up_896x9728", 896, 9728),
+    ("down_4864x896", 4864, 896),
+    ("lm_head_896x32000", 896, 32000),
+];
+const LAYERS: usize = 24;
+/// Bytes of weights a decode benchmark cycles through (> the 32 MiB L3).
+const ROTATE_BYTES: usize = 160 << 20;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Dt {
+    F32,
+    Bf16,
+}
+
+impl Dt {
+    fn name(self) -> &'static str {
+        match self {
+            Dt::F32 => "f32",
+            Dt::Bf16 => "bf16",
+        }
+    }
+    fn bytes(self) -> usize {
+        match self {
+            Dt::F32 => 4,
+            Dt::Bf16 => 2,
+        }
+    }
+}
+
+/// A weight matrix in one dtype.
+enum W {
+    F32(Vec<f32>),
+    Bf16(Vec<u16>),
+}
+
+impl W {
+    fn random(dt: Dt, len: usize, seed: u64) -> W {
+        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.1
+        };
+        match dt {
+            Dt::F32 => W::F32((0..len).map(|_| next()).collect()),
+            Dt::Bf16 => W::Bf16((0..len).map(|_| kernels::f32_to_bf16(next())).collect()),
+        }
+    }
+    fn r(&self) -> WeightRef<'_> {
+        match self {
+            W::F32(v) => WeightRef::F32(v),
+            W::Bf16(v) => WeightRef::Bf16(v),
+        }
+    }
+}
+
+fn xs(len: usize) -> Vec<f32> {
+    (0..len)
+        .map(|i| ((i * 7919 % 1000) as f32 / 1000.0 - 0.5) * 0.2)
+        .collect()
+}
+
+fn opts(threads: usize) -> MatmulOptions {
+    MatmulOptions {
+        path: None,
+        threads: Some(threads),
+    }
+}
+
+fn configure(c: &mut Criterion) -> &mut Criterion {
+    eprintln!("{}", kernels::cpu_features());
+    c
+}
+
+fn bandwidth(c: &mut Criterion) {
+    let bytes = 512usize << 20;
+    let buf: Vec<u64> = (0..bytes / 8).map(|i| i as u64).collect();
+    let mut g = configure(c).benchmark_group("bandwidth");
+    g.throughput(Throughput::Bytes(bytes as u64));
+    for threads in [1, 2] {
+        g.bench_function(format!("read/{threads}t"), |b| {
+            b.iter(|| black_box(stream_read(&buf, threads)))
+        });
+    }
+    g.finish();
+}
+
+/// Reads every byte of `buf` once, on `threads` threads.
+fn stream_read(buf: &[u64], threads: usize) -> u64 {
+    const CHUNK: usize = 1 << 17; // 1 MiB of u64
+    let chunks = buf.len().div_ceil(CHUNK);
+    let total = std::sync::atomic::AtomicU64::new(0);
+    let f = |c: usize| {
+        let part = &buf[c * CHUNK..((c + 1) * CHUNK).min(buf.len())];
+        total.fetch_add(xor_fold(part), std::sync::atomic::Ordering::Relaxed);
+    };
+    if threads == 1 {
+        (0..chunks).for_each(f);
+    } else {
+        let before = kernels::num_threads();
+        kernels::set_num_threads(threads);
+        kernels::parallel_for(chunks, f);
+        kernels::set_num_threads(before);
+    }
+    total.into_inner()
+}
+
+/// XOR of all words, with 8 independent lanes so loads, not the fold, bound
+/// it (the compiler vectorises this).
+fn xor_fold(v: &[u64]) -> u64 {
+    let mut acc = [0u64; 8];
+    let mut it = v.chunks_exact(8);
+    for c in &mut it {
+        for l in 0..8 {
+            acc[l] ^= c[l];
+        }
+    }
+    it.remainder()
+        .iter()
+        .fold(acc.iter().fold(0, |a, b| a ^ b), |a, b| a ^ b)
+}
+
+fn decode(c: &mut Criterion) {
+    let mut g = c.benchmark_group("decode");
+    for (name, k, n) in SHAPES {
+        for dt in [Dt::Bf16, Dt::F32] {
+            let bytes = n * k * dt.bytes();
+            let copies = ROTATE_BYTES.div_ceil(bytes).max(2);
+            let ws: Vec<W> = (0..copies)
+                .map(|s| W::random(dt, n * k, s as u64))
+                .collect();
+            let x = xs(k);
+            let mut out = vec![0.0f32; n];
+            g.throughput(Throughput::Bytes(bytes as u64));
+            for threads in [1, 2] {
+                let mut i = 0;
+                g.bench_function(format!("{name}/{}/{threads}t", dt.name()), |b| {
+                    b.iter(|| {
+                        i = (i + 1) % copies;
+                        kernels::matmul_with(opts(threads), &x, 1, k, ws[i].r(), n, &mut out);
+                    })
+                });
+            }
+        }
+    }
+    g.finish();
+}
+
+fn batch(c: &mut Criterion) {
+    let mut g = c.benchmark_group("batch");
+    for (name, k, n) in SHAPES {
+        let dt = Dt::Bf16;
+        let bytes = n * k * dt.bytes();
+        let copies = ROTATE_BYTES.div_ceil(bytes).max(2);
+        let ws: Vec<W> = (0..copies)
+            .map(|s| W::random(dt, n * k, s as u64))
+            .collect();
+        g.throughput(Throughput::Bytes(bytes as u64));
+        for m in [8, 32] {
+            let x = xs(m * k);
+            let mut out = vec![0.0f32; m * n];
+            let mut i = 0;
+            g.bench_function(format!("{name}/{}/m{m}/2t", dt.name()), |b| {
+                b.iter(|| {
+                    i = (i + 1) % copies;
+                    kernels::matmul_with(opts(2), &x, m, k, ws[i].r(), n, &mut out);
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
+fn prefill(c: &mut Criterion) {
+    let mut g = c.benchmark_group("prefill");
+    for (name, k, n) in SHAPES {
+        for dt in [Dt::Bf16, Dt::F32] {
+            let w = W::random(dt, n * k, 1);
+            for m in [128, 512] {
+                let x = xs(m * k);
+                let mut out = vec![0.0f32; m * n];
+                g.throughput(Throughput::Elements((2 * m * n * k) as u64));
+                for threads in [1, 2] {
+                    g.bench_function(format!("{name}/{}/m{m}/{threads}t", dt.name()), |b| {
+                        b.iter(|| kernels::matmul_with(opts(threads), &x, m, k, w.r(), n, &mut out))
+                    });
+                }
+            }
+        }
+    }
+    g.finish();
+}
+
+fn candle(c: &mut Criterion) {
+    use candle_core::{DType, Device, Tensor};
+    let dev = Device::Cpu;
+    let mut g = c.benchmark_group("candle");
+    for (name, k, n) in SHAPES {
+        for (dt, cdt) in [(Dt::F32, DType::F32), (Dt::Bf16, DType::BF16)] {
+            let Ok(w) = Tensor::randn(0f32, 0.05, (n, k), &dev).and_then(|t| t.to_dtype(cdt))
+            else {
+                eprintln!("candle: cannot build weights");
+                return;
+            };
+            for m in [1, 128, 512] {
+                let Ok(x) = Tensor::randn(0f32, 0.1, (m, k), &dev).and_then(|t| t.to_dtype(cdt))
+                else {
+                    return;
+                };
+                if m == 1 {
+                    g.throughput(Throughput::Bytes((n * k * dt.bytes()) as u64));
+                } else {
+                    g.throughput(Throughput::Elements((2 * m * n * k) as u64));
+                }
+                g.bench_function(format!("{name}/{}/m{m}", dt.name()), |b| {
+                    b.iter(|| black_box(x.matmul(&w.t().expect("2-d")).expect("shapes agree")))
+                });
+            }
+        }
+    }
+    g.finish();
+}
+
+/// The model's linear layers, one set per layer.
+struct Model {
+    layers: Vec<[W; 4]>,
+    lm_head: W,
+}
+
+const HIDDEN: usize = 896;
+const INTER: usize = 4864;
+const VOCAB: usize = 32000;
+
+impl Model {
+    fn new(dt: Dt) -> Model {
+        let layers = (0..LAYERS)
+            .map(|l| {
+                let s = 10 * l as u64;
+                [
+                    W::random(dt, 1152 * HIDDEN, s),
+                    W::random(dt, HIDDEN * HIDDEN, s + 1),
+                    W::random(dt, 2 * INTER * HIDDEN, s + 2),
+                    W::random(dt, HIDDEN * INTER, s + 3),
+                ]
+            })
+            .collect();
+        Model {
+            layers,
+            lm_head: W::random(dt, VOCAB * HIDDEN, 999),
+        }
+    }
+
+    /// All matmuls of one forward pass over `m` tokens (activations are not
+    /// chained: only the matmul cost is measured). The lm_head runs on the
+    /// last row only, as in generation.
+    fn step(&self, m: usize, threads: usize, bufs: &mut Bufs) {
+        let o = opts(threads);
+        for [qkv, op, gu, down] in &self.layers {
+            kernels::matmul_with(o, &bufs.h, m, HIDDEN, qkv.r(), 1152, &mut bufs.qkv);
+            kernels::matmul_with(o, &bufs.h, m, HIDDEN, op.r(), HIDDEN, &mut bufs.o);
+            kernels::matmul_with(o, &bufs.h, m, HIDDEN, gu.r(), 2 * INTER, &mut bufs.gu);
+            kernels::matmul_with(o, &bufs.act, m, INTER, down.r(), HIDDEN, &mut bufs.o);
+        }
+        let last = &bufs.h[(m - 1) * HIDDEN..m * HIDDEN];
+        kernels::matmul_with(
+            o,
+            last,
+            1,
+            HIDDEN,
+            self.lm_head.r(),
+            VOCAB,
+            &mut bufs.logits,
+        );
+    }
+}
+
+struct Bufs {
+    h: Vec<f32>,
+    act: Vec<f32>,
+    qkv: Vec<f32>,
+    o: Vec<f32>,
+    gu: Vec<f32>,
+    logits: Vec<f32>,
+}
+
+impl Bufs {
+    fn new(m: usize) -> Bufs {
+        Bufs {
+            h: xs(m * HIDDEN),
+            act: xs(m * INTER),
+            qkv: vec![0.0; m * 1152],
+            o: vec![0.0; m * HIDDEN],
+            gu: vec![0.0; m * 2 * INTER],
+            logits: vec![0.0; VOCAB],
+        }
+    }
+}
+
+fn model(c: &mut Criterion) {
+    let mut g = c.benchmark_group("model");
+    for dt in [Dt::Bf16, Dt::F32] {
+        let model = Model::new(dt);
+        for (m, threads) in [(1, 1), (1, 2), (8, 2), (32, 2), (128, 2)] {
+            let mut bufs = Bufs::new(m);
+            g.throughput(Throughput::Elements(m as u64));
+            let what = if m <= 32 { "decode" } else { "prefill" };
+            g.bench_function(format!("{what}/{}/m{m}/{threads}t", dt.name()), |b| {
+                b.iter(|| model.step(m, threads, &mut bufs))
+            });
+        }
+    }
+    g.finish();
+}
+
+fn dispatch(c: &mut Criterion) {
+    let mut g = c.benchmark_group("dispatch");
+    kernels::set_num_threads(2);
+    g.bench_function("parallel_for_noop/2t", |b| {
+        b.iter(|| {
+            kernels::parallel_for(2, |i| {
+                black_box(i);
+            })
+        })
+    });
+    g.bench_function("rayon_join_noop", |b| {
+        b.iter(|| rayon::join(|| black_box(1), || black_box(2)))
+    });
+    let w = W::random(Dt::Bf16, 64 * 64, 3);
+    let x = xs(64);
+    let mut out = vec![0.0; 64];
+    g.bench_function("matmul_64x64_m1/2t", |b| {
+        b.iter(|| kernels::matmul_with(opts(2), &x, 1, 64, w.r(), 64, &mut out))
+    });
+    g.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .sample_size(10)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_millis(1500));
+    targets = bandwidth, decode, batch, prefill, candle, model, dispatch
+}
+criterion_main!(benches);
