@@ -418,3 +418,60 @@ fn handles_and_streams_can_cross_threads() {
     shared::<sluice_engine::Engine>();
     movable::<sluice_engine::RequestStream>();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mixed_load_with_clients_going_away_leaks_nothing() {
+    // 400 requests on a small pool (preemptions happen), every third one
+    // dropped after its first output, some with stop strings, some n = 2.
+    let sc = SchedulerConfig {
+        max_num_seqs: 32,
+        max_num_batched_tokens: 128,
+        max_model_len: 128,
+        block_size: 4,
+        ..scheduler_config()
+    };
+    let engine = start(config(sc), 80, echo_script);
+    let mut tasks = Vec::new();
+    for i in 0..400usize {
+        let engine = engine.clone();
+        tasks.push(tokio::spawn(async move {
+            let params = SamplingParams {
+                n: 1 + i % 2,
+                stop: if i % 5 == 0 {
+                    vec!["ly".into()]
+                } else {
+                    vec![]
+                },
+                ..params(40)
+            };
+            let mut stream = engine.generate(request(&format!("p{i}"), params)).unwrap();
+            if i % 3 == 0 {
+                stream.next().await;
+                return;
+            }
+            let n = stream.n();
+            let mut texts = vec![String::new(); n];
+            while let Some(o) = stream.next().await {
+                texts[o.index].push_str(&o.text);
+            }
+            let want = if i % 5 == 0 {
+                "rep".to_string()
+            } else {
+                format!("reply {i}")
+            };
+            assert!(texts.iter().all(|t| *t == want), "{i}: {texts:?}");
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    wait_for(&engine, "everything released", |s| {
+        s.kv_cache_usage == 0.0 && s.num_running_reqs == 0 && s.num_waiting_reqs == 0
+    })
+    .await;
+    let s = engine.stats();
+    let finished = s.finished.stop + s.finished.length + s.finished.abort;
+    assert_eq!(finished, 600, "{:?}", s.finished);
+    assert_eq!(s.finished.error, 0);
+    engine.shutdown(ShutdownMode::Drain).await;
+}
