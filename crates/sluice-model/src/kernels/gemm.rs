@@ -33,6 +33,11 @@ pub(crate) struct Tile<X, W> {
     pub ldo: usize,
     /// `nr` biases, or null.
     pub bias: *const f32,
+    /// Software-prefetch the next tile's weight rows (the `nr` rows after
+    /// this tile's) while computing: set on the first row tile of each
+    /// column tile, whose weights come from DRAM in parallel short streams
+    /// the hardware prefetcher follows poorly. A hint only.
+    pub prefetch: bool,
 }
 
 /// A microkernel family and the tile shapes it supports.
@@ -41,7 +46,11 @@ pub(crate) struct Micro<X, W> {
     pub mr: usize,
     /// Columns per tile of `tile`.
     pub nr: usize,
-    /// Columns per tile of `tile_stream`.
+    /// Most rows per tile of `tile_stream`; calls with `m <= mr_stream`
+    /// stream.
+    pub mr_stream: usize,
+    /// Columns per tile of `tile_stream` (at most `32 / mr` rounded to a
+    /// power of two, the accumulator budget of `store_tile16`).
     pub nr_stream: usize,
     /// Computes one tile, interleaving its weight rows step by step so each
     /// loaded `x` vector serves `nr` rows (compute-bound prefill). Callers
@@ -70,6 +79,9 @@ pub(crate) struct Problem<'a, X, W> {
 
 /// Bytes of `x` a prefill task keeps hot (its row block), about half of L2.
 const X_BLOCK_BYTES: usize = 384 * 1024;
+/// Most bytes of `x` a streaming call with more than 4 rows may have (half
+/// of L1D).
+const STREAM_X_BYTES: usize = 16 * 1024;
 /// At or below this many rows, a task takes every row (decode batches).
 const SMALL_M: usize = 64;
 /// Tasks per thread, so a thread slowed by another process hands its share
@@ -168,11 +180,16 @@ pub(crate) unsafe fn run<X: Sync, W: Sync>(
     }
     // One row tile covers all of x: the call is bound by streaming the
     // weights, so read them sequentially.
-    let streaming = m <= micro.mr;
-    let (nt, tile_fn) = if streaming {
-        (micro.nr_stream, micro.tile_stream)
+    // Beyond 4 rows, streaming reloads every x row per weight vector, so x
+    // must stay in L1 to pay off.
+    let x_bytes = m * p.ldx * std::mem::size_of::<X>();
+    let streaming =
+        m <= micro.mr_stream.min(4) || (m <= micro.mr_stream && x_bytes <= STREAM_X_BYTES);
+    let (mr, nt, tile_fn) = if streaming {
+        let nt = (32 / m.next_power_of_two()).min(micro.nr_stream);
+        (micro.mr_stream, nt, micro.tile_stream)
     } else {
-        (micro.nr, micro.tile)
+        (micro.mr, micro.nr, micro.tile)
     };
     let pl = plan(
         m,
@@ -192,7 +209,7 @@ pub(crate) unsafe fn run<X: Sync, W: Sync>(
             let nr = pl.nt.min(j1 - j);
             let mut i = i0;
             while i < i1 {
-                let mr = micro.mr.min(i1 - i);
+                let mr = mr.min(i1 - i);
                 let tile = Tile {
                     // SAFETY (pointer arithmetic): i < m, j < n, so these
                     // stay inside `x`, `w`, `out`, `bias`.
@@ -207,6 +224,7 @@ pub(crate) unsafe fn run<X: Sync, W: Sync>(
                     bias: p
                         .bias
                         .map_or(std::ptr::null(), |b| unsafe { b.as_ptr().add(j) }),
+                    prefetch: i == i0,
                 };
                 // SAFETY: rows i..i+mr of x (ldx apart, k valid each) and
                 // rows j..j+nr of w exist; out rows i..i+mr, columns j..j+nr

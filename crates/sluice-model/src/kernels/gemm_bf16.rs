@@ -51,6 +51,7 @@ pub(crate) use tile_shapes;
 pub(crate) const PORTABLE: Micro<f32, u16> = Micro {
     mr: 2,
     nr: 4,
+    mr_stream: 2,
     nr_stream: 4,
     tile: tile_portable,
     tile_stream: tile_portable,
@@ -136,6 +137,7 @@ mod x86 {
     pub(crate) const AVX512: Micro<u16, u16> = Micro {
         mr: 4,
         nr: 6,
+        mr_stream: 8,
         nr_stream: 8,
         tile: tile_avx512,
         tile_stream: tile_avx512_stream,
@@ -143,6 +145,7 @@ mod x86 {
     pub(crate) const AVX2: Micro<f32, u16> = Micro {
         mr: 3,
         nr: 4,
+        mr_stream: 3,
         nr_stream: 8,
         tile: tile_avx2,
         tile_stream: tile_avx2_stream,
@@ -206,6 +209,10 @@ mod x86 {
                 2 => [1, 2, 3, 4, 5, 6, 7, 8];
                 3 => [1, 2, 3, 4, 5, 6, 7, 8];
                 4 => [1, 2, 3, 4, 5, 6, 7, 8];
+                5 => [1, 2, 3, 4];
+                6 => [1, 2, 3, 4];
+                7 => [1, 2, 3, 4];
+                8 => [1, 2, 3, 4];
             )
         }
     }
@@ -260,6 +267,12 @@ mod x86 {
         } else {
             for s in 0..steps {
                 let off = s * 32;
+                if t.prefetch {
+                    for j in 0..NR {
+                        // A hint: never faults, even past the end of `w`.
+                        _mm_prefetch::<_MM_HINT_T0>(wp[j].wrapping_add(NR * k + off) as *const i8);
+                    }
+                }
                 let xv: [__m512bh; MR] = std::array::from_fn(|i| ld(xp[i].wrapping_add(off)));
                 for j in 0..NR {
                     let wv = ld(wp[j].wrapping_add(off));

@@ -25,6 +25,7 @@ use super::reduce::tree16;
 pub(crate) const PORTABLE: Micro<f32, f32> = Micro {
     mr: 2,
     nr: 4,
+    mr_stream: 2,
     nr_stream: 4,
     tile: tile_portable,
     tile_stream: tile_portable,
@@ -104,6 +105,7 @@ mod x86 {
     pub(crate) const AVX512: Micro<f32, f32> = Micro {
         mr: 4,
         nr: 6,
+        mr_stream: 8,
         nr_stream: 8,
         tile: tile_avx512,
         tile_stream: tile_avx512_stream,
@@ -111,6 +113,7 @@ mod x86 {
     pub(crate) const AVX2: Micro<f32, f32> = Micro {
         mr: 3,
         nr: 4,
+        mr_stream: 3,
         nr_stream: 8,
         tile: tile_avx2,
         tile_stream: tile_avx2_stream,
@@ -142,6 +145,10 @@ mod x86 {
                 2 => [1, 2, 3, 4, 5, 6, 7, 8];
                 3 => [1, 2, 3, 4, 5, 6, 7, 8];
                 4 => [1, 2, 3, 4, 5, 6, 7, 8];
+                5 => [1, 2, 3, 4];
+                6 => [1, 2, 3, 4];
+                7 => [1, 2, 3, 4];
+                8 => [1, 2, 3, 4];
             )
         }
     }
@@ -191,7 +198,16 @@ mod x86 {
                 }
             }
         } else {
+            let wp: [*const f32; NR] = std::array::from_fn(|j| t.w.wrapping_add(j * k));
             for s in 0..steps {
+                if t.prefetch {
+                    for j in 0..NR {
+                        // A hint: never faults, even past the end of `w`.
+                        _mm_prefetch::<_MM_HINT_T0>(
+                            wp[j].wrapping_add(NR * k + s * 16) as *const i8
+                        );
+                    }
+                }
                 let xv: [__m512; MR] = std::array::from_fn(|i| ldx(i, s * 16));
                 for j in 0..NR {
                     let wv = ldw(j, s * 16);
