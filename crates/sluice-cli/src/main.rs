@@ -4,10 +4,12 @@
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+mod bench;
 mod bench_model;
 mod generate;
 mod options;
 mod replay;
+mod serve;
 
 #[derive(Parser)]
 #[command(
@@ -22,6 +24,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Serve the OpenAI-compatible HTTP API (the built-in tiny model when no
+    /// --model is given).
+    Serve(serve::ServeArgs),
     /// Replay a scheduler trace and write its decision log.
     Replay(replay::ReplayArgs),
     /// Generate text offline (no server) with the serving engine.
@@ -29,13 +34,17 @@ enum Command {
     /// Benchmark the model runner on dummy weights (prefill, decode at
     /// several concurrency levels, peak memory).
     BenchModel(bench_model::BenchModelArgs),
+    /// Load-test an OpenAI-compatible server (sluice, vLLM, ...).
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Serve(args) => serve::run(args),
         Command::Replay(args) => replay::run(args),
         Command::Generate(args) => generate::run(args),
         Command::BenchModel(args) => bench_model::run(args),
+        Command::Bench(args) => bench::run(args),
     }
 }
