@@ -8,12 +8,18 @@
 //! reduces to each microkernel's per-element order, which depends on `k` and
 //! the path only.
 //!
-//! Loop order inside a task: for each `nt`-column tile of the task's columns,
-//! for each `mr`-row tile of its rows. The weight tile (`nt` rows of `w`) is
-//! read from memory once per task and then served from L1/L2 to every row
-//! tile, so for decode batches (`m` ≤ 32) the weights stream once whatever
-//! `m` is; for prefill the task's block of `x` (sized to stay in L2) is
-//! reused across its column tiles.
+//! Two loop nests, same per-element arithmetic:
+//! - Streaming (decode: `m <= 4`, or `m <= 8` when those rows of `x` fit in
+//!   half of L1): a tile reads its weight rows one after the other, a single
+//!   sequential stream per thread that the hardware prefetcher follows at
+//!   full speed, while the few `x` rows are served from L1. Weights are read
+//!   once per call whatever `m` is.
+//! - Blocked (batches and prefill): `mr × nr` register tiles interleave the
+//!   weight rows per k-step so each loaded vector feeds several
+//!   accumulators. Inside a task: for each `nt`-column tile, for each row
+//!   tile of the task's row block; the weight tile stays in L1/L2 across row
+//!   tiles (and the first row tile prefetches the next weight tile), the
+//!   row block of `x` is sized to stay in L2.
 
 use super::pool;
 

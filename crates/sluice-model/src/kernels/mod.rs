@@ -23,11 +23,15 @@
 //!   from an f32-activation product by that rounding), AVX2 + FMA, and
 //!   portable Rust. `SLUICE_KERNEL=portable|avx2|avx512|auto` or
 //!   `set_kernel_path` cap the path; `matmul_with` picks one per call.
-//!   The build needs no `-C target-cpu`: SIMD code is compiled with
-//!   `#[target_feature]` and only called after detection.
+//!   The build needs no `-C target-cpu` and should not use one: SIMD code
+//!   is compiled with `#[target_feature]` and only called after detection,
+//!   so one binary runs everywhere and still uses AVX-512 BF16 where
+//!   present. (`-C target-cpu=native` would only speed up the portable
+//!   fallback and the elementwise helpers, and would make the binary crash
+//!   on older CPUs.) `cpu_features()` reports what was detected and chosen.
 //! - `parallel_for(n, f)`: runs `f(i)` for `i in 0..n` on the kernel thread
-//!   pool (`set_num_threads`; the caller takes part; nested calls run
-//!   serially).
+//!   pool (`set_num_threads`, default `SLUICE_NUM_THREADS` or the core
+//!   count; the caller takes part; nested calls run serially).
 //! - `matmul_reference` is the plain triple loop kept for tests.
 
 mod dispatch;
@@ -235,6 +239,7 @@ fn matmul_impl(
     }
 }
 
+#[cfg(target_arch = "x86_64")]
 thread_local! {
     /// Scratch for bf16-rounded activations, reused across calls.
     static X_BUFFER: RefCell<Vec<u16>> = const { RefCell::new(Vec::new()) };
