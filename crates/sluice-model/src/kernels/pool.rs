@@ -37,19 +37,18 @@ type TaskFn = dyn Fn(usize) + Sync;
 /// One `run` call, living on the caller's stack.
 struct Job {
     /// SAFETY contract: points to the caller's closure, which outlives every
-    /// use because the caller does not return before `pending` reaches 0.
+    /// use because the caller does not return while a worker is inside the
+    /// job (`Pool::active`).
     func: *const TaskFn,
     n: usize,
     next: AtomicUsize,
-    /// Workers that joined this job and have not yet left it.
-    pending: AtomicUsize,
     panic: Mutex<Option<Box<dyn Any + Send>>>,
 }
 
 impl Job {
     /// Claims and runs indices until none are left.
     fn work(&self) {
-        // SAFETY: see `func`: the closure is alive while the job is pending.
+        // SAFETY: see `func`: the closure is alive while a worker is inside.
         let f = unsafe { &*self.func };
         loop {
             let i = self.next.fetch_add(1, Ordering::Relaxed);
@@ -70,9 +69,18 @@ struct Pool {
     /// `epoch << 16 | helpers`: a new job bumps the epoch; workers with index
     /// `< helpers` must join it, the others ignore it.
     state: AtomicU64,
-    /// The current job. Only dereferenced by workers that must join it, and
-    /// the job cannot end (nor be replaced) before they leave it.
+    /// The current job. Only dereferenced by a worker that entered it (see
+    /// `open`), and the job cannot end nor be replaced before it leaves.
     job: AtomicPtr<Job>,
+    /// Whether `job` may be entered. Entering is `active += 1`, then
+    /// checking `open`; the submitter closes (`open = false`) once every
+    /// index is claimed and then waits for `active == 0`. With SeqCst on
+    /// both sides either the worker sees the job closed and backs out, or
+    /// the submitter sees it inside and waits: a worker that wakes late
+    /// never delays the caller, and never touches a finished job.
+    open: AtomicBool,
+    /// Workers inside the current job.
+    active: AtomicUsize,
     /// Held by the thread submitting a job; a contender runs serially.
     busy: AtomicBool,
     workers: Mutex<Vec<Arc<Worker>>>,
@@ -91,6 +99,8 @@ fn pool() -> &'static Pool {
     POOL.get_or_init(|| Pool {
         state: AtomicU64::new(0),
         job: AtomicPtr::new(std::ptr::null_mut()),
+        open: AtomicBool::new(false),
+        active: AtomicUsize::new(0),
         busy: AtomicBool::new(false),
         workers: Mutex::new(Vec::new()),
     })
@@ -169,11 +179,11 @@ pub fn run(threads: usize, n: usize, f: &(dyn Fn(usize) + Sync)) {
         func,
         n,
         next: AtomicUsize::new(0),
-        pending: AtomicUsize::new(helpers),
         panic: Mutex::new(None),
     };
     pool.job
         .store(&job as *const Job as *mut Job, Ordering::SeqCst);
+    pool.open.store(true, Ordering::SeqCst);
     let epoch = (pool.state.load(Ordering::Relaxed) >> 16) + 1;
     pool.state
         .store(epoch << 16 | helpers as u64, Ordering::SeqCst);
@@ -187,12 +197,13 @@ pub fn run(threads: usize, n: usize, f: &(dyn Fn(usize) + Sync)) {
     drop(workers);
 
     let mine = catch_unwind(AssertUnwindSafe(|| job.work()));
-    // Nobody else may claim more work once we stopped (only matters after a
-    // panic of ours); then wait for every helper to leave the job.
+    // Nobody may claim more work once we stopped (only matters after a
+    // panic of ours); close the job, then wait for the workers inside it.
     job.next.store(n, Ordering::Relaxed);
+    pool.open.store(false, Ordering::SeqCst);
     let start = Instant::now();
     let mut spins = 0u32;
-    while job.pending.load(Ordering::Acquire) != 0 {
+    while pool.active.load(Ordering::SeqCst) != 0 {
         spins = spins.wrapping_add(1);
         if spins.is_multiple_of(64) && start.elapsed() > SPIN {
             // A helper was descheduled (busy machine): give it the core.
@@ -271,12 +282,17 @@ fn worker_loop(pool: &'static Pool, index: usize, mut seen: u64, me: &Worker) {
         if index >= helpers {
             continue;
         }
-        let job = pool.job.load(Ordering::Acquire);
+        pool.active.fetch_add(1, Ordering::SeqCst);
+        if !pool.open.load(Ordering::SeqCst) {
+            // Finished without us (or not yet published): back out.
+            pool.active.fetch_sub(1, Ordering::SeqCst);
+            continue;
+        }
+        let job = pool.job.load(Ordering::SeqCst);
         debug_assert!(!job.is_null());
-        // SAFETY: this worker is one of the `helpers` of the epoch it just
-        // read, so that job's `pending` still counts it: the submitter is
-        // blocked in `run`, `job` points to its live `Job`, and no newer job
-        // can have replaced it.
+        // SAFETY: this worker entered an open job (see `Pool::open`): its
+        // submitter is blocked in `run` until `active` drops to 0, so `job`
+        // points to its live `Job`, published before `open` was set.
         let job = unsafe { &*job };
         if let Err(p) = catch_unwind(AssertUnwindSafe(|| job.work())) {
             job.next.store(job.n, Ordering::Relaxed);
@@ -285,7 +301,7 @@ fn worker_loop(pool: &'static Pool, index: usize, mut seen: u64, me: &Worker) {
             }
         }
         // After this the job may be gone: touch nothing of it.
-        job.pending.fetch_sub(1, Ordering::Release);
+        pool.active.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
