@@ -24,7 +24,11 @@ fn replay_writes_the_golden_log() {
         .arg(traces().join("seed-example.trace.json"))
         .output()
         .expect("runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let golden = std::fs::read_to_string(traces().join("seed-example.vllm.jsonl")).expect("golden");
     // Same text, byte for byte: the log is formatted like vLLM's json.dumps.
     assert_eq!(String::from_utf8_lossy(&out.stdout), golden);
@@ -59,10 +63,17 @@ fn malformed_trace_names_the_field_and_exits_2() {
     let out = sluice().arg("replay").arg(&path).output().expect("runs");
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("requests[3].prompt: expected an array of token ids"), "{err}");
+    assert!(
+        err.contains("requests[3].prompt: expected an array of token ids"),
+        "{err}"
+    );
     assert!(out.stdout.is_empty());
 
-    let out = sluice().arg("replay").arg(tmp("missing.json")).output().expect("runs");
+    let out = sluice()
+        .arg("replay")
+        .arg(tmp("missing.json"))
+        .output()
+        .expect("runs");
     assert_eq!(out.status.code(), Some(2));
 }
 
@@ -76,7 +87,11 @@ fn bench_prints_one_json_line_and_writes_timings() {
         .arg(&timings)
         .output()
         .expect("runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let line: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON line");
     assert_eq!(line["steps"], 38);
     assert!(line["median_us"].as_f64().is_some());
