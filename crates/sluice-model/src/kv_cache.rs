@@ -1,15 +1,22 @@
 //! The paged KV cache: per-layer K and V storage addressed by the
 //! scheduler's block ids, sized from a memory budget.
 //!
-//! Layout, per layer and for K and V separately:
-//! `[num_blocks, num_kv_heads, block_size, head_dim]`, f32.
+//! Layout, per layer, f32:
+//! - V: `[num_blocks, num_kv_heads, block_size, head_dim]`;
+//! - K: `[num_blocks, num_kv_heads, head_dim, block_size]` — transposed
+//!   within the block.
 //!
 //! Why heads before positions (vLLM's CPU layout puts positions first): the
-//! attention kernel works on one (request, KV head) at a time, so with this
-//! layout one block of one head is a single contiguous `block_size ×
-//! head_dim` run (4 KiB at 16 × 64 in f32) that it streams linearly. The
-//! price is a strided write — one `head_dim` run per head per new token —
-//! which is negligible next to the reads.
+//! attention kernel works on one (request, KV head) at a time, so one block
+//! of one head is a single contiguous `block_size × head_dim` run (4 KiB at
+//! 16 × 64 in f32) that it streams linearly. Why K transposed: the kernel
+//! scores 16 keys at once as `s[j] += q[d] · K[d][j]` over `d`, one vector
+//! fused multiply-add per `d` and no horizontal sums, which needs the 16
+//! keys' `d`-th components side by side (vLLM's CUDA K cache is split along
+//! `head_dim` for the same reason). V is consumed row by row (`acc += p_j ·
+//! V[j]`), so it stays position-major. The price is a strided write — one
+//! scattered store per (head, dim) per new token — negligible next to the
+//! reads.
 //!
 //! Why f32 even for bf16 models: K and V come out of f32 activations and
 //! are consumed by f32 attention; keeping them in f32 adds no rounding on top
@@ -156,10 +163,26 @@ impl KvCache {
         &self.layers[layer]
     }
 
-    /// Offset of the `block_size × head_dim` run of `head` in `block`.
+    /// Offset of the `block_size × head_dim` run of `head` in `block` (in
+    /// both K and V).
     #[inline]
     pub fn block_offset(&self, block: usize, head: usize) -> usize {
         (block * self.num_kv_heads + head) * self.block_size * self.head_dim
+    }
+
+    /// The key of `head` at `slot`, gathered from its transposed run.
+    pub fn key(&self, layer: usize, slot: usize, head: usize) -> Vec<f32> {
+        let (bs, hd) = (self.block_size, self.head_dim);
+        let base = self.block_offset(slot / bs, head);
+        let k = &self.layers[layer].k;
+        (0..hd).map(|d| k[base + d * bs + slot % bs]).collect()
+    }
+
+    /// The value of `head` at `slot`.
+    pub fn value(&self, layer: usize, slot: usize, head: usize) -> &[f32] {
+        let (bs, hd) = (self.block_size, self.head_dim);
+        let at = self.block_offset(slot / bs, head) + (slot % bs) * hd;
+        &self.layers[layer].v[at..at + hd]
     }
 
     /// Stores the K and V of every token of a step at its slot.
@@ -184,8 +207,12 @@ impl KvCache {
             let (block, offset) = (slot / bs, slot % bs);
             let row = &qkv[t * row_stride..(t + 1) * row_stride];
             for h in 0..nkv {
-                let dst = ((block * nkv + h) * bs + offset) * hd;
-                k[dst..dst + hd].copy_from_slice(&row[k_offset + h * hd..k_offset + (h + 1) * hd]);
+                let run = (block * nkv + h) * bs * hd;
+                let k_src = &row[k_offset + h * hd..k_offset + (h + 1) * hd];
+                for (d, &x) in k_src.iter().enumerate() {
+                    k[run + d * bs + offset] = x;
+                }
+                let dst = run + offset * hd;
                 v[dst..dst + hd].copy_from_slice(&row[v_offset + h * hd..v_offset + (h + 1) * hd]);
             }
         }
@@ -220,9 +247,10 @@ mod tests {
         }
         // Slot 9 = block 2, offset 1.
         kv.write(1, &[9], &row, row.len(), 0, nkv * hd);
-        let at = kv.block_offset(2, 1) + hd;
-        assert_eq!(kv.layer(1).k[at], 2.0);
-        assert_eq!(kv.layer(1).v[at], -2.0);
+        assert_eq!(kv.key(1, 9, 1), vec![2.0; hd]);
+        assert_eq!(kv.value(1, 9, 1), vec![-2.0; hd]);
+        assert_eq!(kv.key(1, 9, 0), vec![1.0; hd]);
+        assert_eq!(kv.key(1, 8, 0), vec![0.0; hd]);
         assert_eq!(kv.layer(0).k.iter().filter(|&&x| x != 0.0).count(), 0);
         assert_eq!(
             kv.layer(1).k.iter().filter(|&&x| x != 0.0).count(),

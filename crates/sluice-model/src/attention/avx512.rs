@@ -1,0 +1,237 @@
+//! The AVX-512F attention kernel.
+//!
+//! Per chunk of 16 keys: the scores of up to 8 query rows at once (each row
+//! one vector of 16 scores, K loaded once per `d` and shared by the rows),
+//! then per row a masked online-softmax update with a vector `exp`, and the
+//! `p · V` accumulation with up to four vector accumulators per 64 dims.
+
+use super::{
+    Item, Scratch, EXP_HI, EXP_LO, EXP_POLY, KEY_CHUNK, LN2_HI, LN2_LO, LOG2E, ROUND_MAGIC,
+};
+use std::arch::x86_64::*;
+
+/// Query rows scored together (accumulators held in registers).
+const ROW_TILE: usize = 8;
+
+#[inline(always)]
+fn lane_mask(n: usize) -> __mmask16 {
+    debug_assert!(n <= 16);
+    ((1u32 << n) - 1) as __mmask16
+}
+
+/// `e^x` lane-wise: the vector form of `super::exp_f32`.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn exp512(x: __m512) -> __m512 {
+    let x = _mm512_min_ps(
+        _mm512_max_ps(x, _mm512_set1_ps(EXP_LO)),
+        _mm512_set1_ps(EXP_HI),
+    );
+    let k = _mm512_fmadd_ps(x, _mm512_set1_ps(LOG2E), _mm512_set1_ps(ROUND_MAGIC));
+    let n_bits = _mm512_sub_epi32(
+        _mm512_castps_si512(k),
+        _mm512_set1_epi32(ROUND_MAGIC.to_bits() as i32),
+    );
+    let n = _mm512_sub_ps(k, _mm512_set1_ps(ROUND_MAGIC));
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HI), x);
+    let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_LO), r);
+    let mut p = _mm512_set1_ps(EXP_POLY[0]);
+    for &c in &EXP_POLY[1..] {
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+    }
+    let er = _mm512_add_ps(
+        _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r),
+        _mm512_set1_ps(1.0),
+    );
+    _mm512_castsi512_ps(_mm512_add_epi32(
+        _mm512_castps_si512(er),
+        _mm512_slli_epi32::<23>(n_bits),
+    ))
+}
+
+/// Scores of `N` rows against one chunk of keys: `s[t][j] = Σ_d q_t[d] ·
+/// K[d][j]`, `d` in order. `k` points at the chunk's first key in the
+/// block's `[head_dim, block_size]` K run.
+#[inline(always)]
+unsafe fn scores<const N: usize>(
+    q: *const f32,
+    q_offs: &[usize; ROW_TILE],
+    k: *const f32,
+    block_size: usize,
+    head_dim: usize,
+    load_mask: __mmask16,
+) -> [__m512; N] {
+    let mut s = [_mm512_setzero_ps(); N];
+    for d in 0..head_dim {
+        let kd = _mm512_maskz_loadu_ps(load_mask, k.add(d * block_size));
+        for t in 0..N {
+            s[t] = _mm512_fmadd_ps(_mm512_set1_ps(*q.add(q_offs[t] + d)), kd, s[t]);
+        }
+    }
+    s
+}
+
+/// `acc[0..R·16] += Σ_j p[j] · v[j]` for one segment of up to 64 dims
+/// (`masks` trims the last vector), `v` rows `head_dim` apart.
+#[inline(always)]
+unsafe fn pv_segment<const R: usize>(
+    acc: *mut f32,
+    v: *const f32,
+    head_dim: usize,
+    p: &[f32; KEY_CHUNK],
+    visible: usize,
+    masks: [__mmask16; 4],
+) {
+    let mut a = [_mm512_setzero_ps(); R];
+    for r in 0..R {
+        a[r] = _mm512_maskz_loadu_ps(masks[r], acc.add(16 * r));
+    }
+    for (j, &pj) in p.iter().enumerate().take(visible) {
+        let pj = _mm512_set1_ps(pj);
+        let vj = v.add(j * head_dim);
+        for r in 0..R {
+            a[r] = _mm512_fmadd_ps(pj, _mm512_maskz_loadu_ps(masks[r], vj.add(16 * r)), a[r]);
+        }
+    }
+    for r in 0..R {
+        _mm512_mask_storeu_ps(acc.add(16 * r), masks[r], a[r]);
+    }
+}
+
+/// `acc_row += Σ_j p[j] · V[j]` over the whole head.
+#[inline(always)]
+unsafe fn pv(
+    acc_row: *mut f32,
+    v: *const f32,
+    head_dim: usize,
+    p: &[f32; KEY_CHUNK],
+    visible: usize,
+) {
+    let mut d0 = 0;
+    while d0 < head_dim {
+        let rem = (head_dim - d0).min(64);
+        let regs = rem.div_ceil(16);
+        let mut masks = [0xffff as __mmask16; 4];
+        masks[regs - 1] = lane_mask(rem - 16 * (regs - 1));
+        let (a, vs) = (acc_row.add(d0), v.add(d0));
+        match regs {
+            1 => pv_segment::<1>(a, vs, head_dim, p, visible, masks),
+            2 => pv_segment::<2>(a, vs, head_dim, p, visible, masks),
+            3 => pv_segment::<3>(a, vs, head_dim, p, visible, masks),
+            _ => pv_segment::<4>(a, vs, head_dim, p, visible, masks),
+        }
+        d0 += rem;
+    }
+}
+
+/// `acc_row *= alpha`.
+#[inline(always)]
+unsafe fn scale_row(acc_row: *mut f32, head_dim: usize, alpha: f32) {
+    let alpha = _mm512_set1_ps(alpha);
+    let mut d0 = 0;
+    while d0 < head_dim {
+        let m = lane_mask((head_dim - d0).min(16));
+        let a = _mm512_maskz_loadu_ps(m, acc_row.add(d0));
+        _mm512_mask_storeu_ps(acc_row.add(d0), m, _mm512_mul_ps(a, alpha));
+        d0 += 16;
+    }
+}
+
+/// One work item (see `super::Item`).
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn attend(item: &Item<'_>, out: &mut [f32], scratch: &mut Scratch) {
+    let hd = item.shape.head_dim;
+    let bs = item.shape.block_size;
+    let group = item.group();
+    let num_rows = item.num_rows();
+    let last_visible = item.last_visible();
+    scratch.reset(num_rows, hd);
+    let acc = scratch.acc.as_mut_ptr();
+    let q = item.q.data.as_ptr();
+    let (k_all, v_all) = (item.kv.k.as_ptr(), item.kv.v.as_ptr());
+    debug_assert!(item.table.len() >= last_visible.div_ceil(bs));
+    let scale = _mm512_set1_ps(item.shape.scale);
+    let neg_inf = _mm512_set1_ps(f32::NEG_INFINITY);
+    let mut q_offs = [0usize; ROW_TILE];
+    let mut p = [0f32; KEY_CHUNK];
+
+    for (b, &block) in item.table[..last_visible.div_ceil(bs)].iter().enumerate() {
+        let base = item.block_base(block);
+        let mut c0 = 0;
+        while c0 < bs && b * bs + c0 < last_visible {
+            let chunk_start = b * bs + c0;
+            let width = KEY_CHUNK.min(bs - c0);
+            let load_mask = lane_mask(width.min(last_visible - chunk_start));
+            let k = k_all.add(base + c0);
+            let v = v_all.add(base + c0 * hd);
+            let mut r0 = 0;
+            while r0 < num_rows {
+                let n = ROW_TILE.min(num_rows - r0);
+                // Rows are token-major, so the tile's last row sees the most.
+                let last_i = item.q_begin + (r0 + n - 1) / group;
+                if item.visible(last_i, chunk_start, width) == 0 {
+                    r0 += n;
+                    continue;
+                }
+                for (t, off) in q_offs.iter_mut().enumerate().take(n) {
+                    *off = item.q_offset(r0 + t);
+                }
+                let mut s = [_mm512_setzero_ps(); ROW_TILE];
+                macro_rules! tile {
+                    ($n:literal) => {{
+                        let t = scores::<$n>(q, &q_offs, k, bs, hd, load_mask);
+                        s[..$n].copy_from_slice(&t);
+                    }};
+                }
+                match n {
+                    1 => tile!(1),
+                    2 => tile!(2),
+                    3 => tile!(3),
+                    4 => tile!(4),
+                    5 => tile!(5),
+                    6 => tile!(6),
+                    7 => tile!(7),
+                    _ => tile!(8),
+                }
+                for (t, &st) in s.iter().enumerate().take(n) {
+                    let row = r0 + t;
+                    let i = item.q_begin + row / group;
+                    let visible = item.visible(i, chunk_start, width);
+                    if visible == 0 {
+                        continue;
+                    }
+                    let m = lane_mask(visible);
+                    let st = _mm512_mask_blend_ps(m, neg_inf, _mm512_mul_ps(st, scale));
+                    let chunk_max = _mm512_reduce_max_ps(st);
+                    let acc_row = acc.add(row * hd);
+                    let m_old = scratch.max[row];
+                    let m_new = m_old.max(chunk_max);
+                    if m_new > m_old {
+                        let alpha = super::exp_f32(m_old - m_new);
+                        scratch.sum[row] *= alpha;
+                        scale_row(acc_row, hd, alpha);
+                        scratch.max[row] = m_new;
+                    }
+                    let pv_vec =
+                        _mm512_maskz_mov_ps(m, exp512(_mm512_sub_ps(st, _mm512_set1_ps(m_new))));
+                    scratch.sum[row] += _mm512_reduce_add_ps(pv_vec);
+                    _mm512_storeu_ps(p.as_mut_ptr(), pv_vec);
+                    pv(acc_row, v, hd, &p, visible);
+                }
+                r0 += n;
+            }
+            c0 += width;
+        }
+    }
+
+    for row in 0..num_rows {
+        let inv = 1.0 / scratch.sum[row];
+        let o = item.out_offset(row);
+        for (d, &a) in out[o..o + hd]
+            .iter_mut()
+            .zip(&scratch.acc[row * hd..(row + 1) * hd])
+        {
+            *d = a * inv;
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! The portable attention kernel: the reference algorithm in plain Rust,
+//! written as elementwise loops over chunks of up to 16 keys so that the
+//! compiler vectorises them. Compiled twice: with AVX2+FMA enabled and plain.
+
+use super::{exp_f32, madd, Item, Scratch, KEY_CHUNK};
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn attend_avx2(item: &Item<'_>, out: &mut [f32], scratch: &mut Scratch) {
+    attend::<true>(item, out, scratch)
+}
+
+pub(super) unsafe fn attend_plain(item: &Item<'_>, out: &mut [f32], scratch: &mut Scratch) {
+    attend::<false>(item, out, scratch)
+}
+
+/// One work item. No closures inside: a closure would be compiled without
+/// the caller's target features (and `mul_add` would become a libm call).
+#[inline(always)]
+fn attend<const FMA: bool>(item: &Item<'_>, out: &mut [f32], scratch: &mut Scratch) {
+    let hd = item.shape.head_dim;
+    let bs = item.shape.block_size;
+    let group = item.group();
+    let num_rows = item.num_rows();
+    let last_visible = item.last_visible();
+    scratch.reset(num_rows, hd);
+    let Scratch { acc, max, sum } = scratch;
+    let mut s = [0f32; KEY_CHUNK];
+
+    for (b, &block) in item.table[..last_visible.div_ceil(bs)].iter().enumerate() {
+        let base = item.block_base(block);
+        // K is stored [head_dim, block_size] within the block, V
+        // [block_size, head_dim].
+        let k_block = &item.kv.k[base..base + bs * hd];
+        let v_block = &item.kv.v[base..base + bs * hd];
+        let mut c0 = 0;
+        while c0 < bs && b * bs + c0 < last_visible {
+            let chunk_start = b * bs + c0;
+            let width = KEY_CHUNK.min(bs - c0);
+            for row in 0..num_rows {
+                let i = item.q_begin + row / group;
+                let visible = item.visible(i, chunk_start, width);
+                if visible == 0 {
+                    continue;
+                }
+                let q_off = item.q_offset(row);
+                let q_row = &item.q.data[q_off..q_off + hd];
+                let s = &mut s[..visible];
+                s.fill(0.0);
+                for (d, &qd) in q_row.iter().enumerate() {
+                    let k = &k_block[d * bs + c0..d * bs + c0 + visible];
+                    for (sj, &kj) in s.iter_mut().zip(k) {
+                        *sj = madd::<FMA>(qd, kj, *sj);
+                    }
+                }
+                let mut chunk_max = f32::NEG_INFINITY;
+                for sj in s.iter_mut() {
+                    *sj *= item.shape.scale;
+                    chunk_max = chunk_max.max(*sj);
+                }
+                let acc_row = &mut acc[row * hd..(row + 1) * hd];
+                let m_new = max[row].max(chunk_max);
+                if m_new > max[row] {
+                    // Rescale what was accumulated under the old max (zero
+                    // on the first chunk).
+                    let alpha = exp_f32(max[row] - m_new);
+                    sum[row] *= alpha;
+                    for a in acc_row.iter_mut() {
+                        *a *= alpha;
+                    }
+                    max[row] = m_new;
+                }
+                for sj in s.iter_mut() {
+                    *sj = exp_f32(*sj - m_new);
+                }
+                sum[row] += s.iter().sum::<f32>();
+                for (j, &p) in s.iter().enumerate() {
+                    let v = &v_block[(c0 + j) * hd..(c0 + j + 1) * hd];
+                    for (a, &vd) in acc_row.iter_mut().zip(v) {
+                        *a = madd::<FMA>(p, vd, *a);
+                    }
+                }
+            }
+            c0 += width;
+        }
+    }
+
+    for row in 0..num_rows {
+        let inv = 1.0 / sum[row];
+        let o = item.out_offset(row);
+        for (d, &a) in out[o..o + hd]
+            .iter_mut()
+            .zip(&acc[row * hd..(row + 1) * hd])
+        {
+            *d = a * inv;
+        }
+    }
+}

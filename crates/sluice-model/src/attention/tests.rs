@@ -1,0 +1,231 @@
+use super::*;
+use crate::kv_cache::{KvCache, KvCacheConfig};
+use crate::model::ForwardBatch;
+
+#[test]
+fn exp_matches_std() {
+    let mut worst = 0f32;
+    let mut x = -87.0f32;
+    while x <= 88.0 {
+        let (a, b) = (exp_f32(x), x.exp());
+        worst = worst.max(((a - b) / b).abs());
+        x += 0.0137;
+    }
+    assert!(worst < 3e-7, "worst relative error {worst}");
+    assert_eq!(exp_f32(0.0), 1.0);
+    assert!(exp_f32(-1000.0) < 1e-37);
+    assert!(exp_f32(f32::NEG_INFINITY) < 1e-37);
+}
+
+#[test]
+fn dot_handles_tails() {
+    let a: Vec<f32> = (0..37).map(|i| i as f32).collect();
+    let b = vec![2.0; 37];
+    let want: f32 = a.iter().sum::<f32>() * 2.0;
+    assert_eq!(dot::<false>(&a, &b), want);
+    assert_eq!(dot::<true>(&a, &b), want);
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> f32 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((self.0 >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 4.0
+    }
+}
+
+/// A mixed batch (decodes, a fresh prefill, a chunk continuing a cached
+/// context) over shuffled blocks, checked against a float64 softmax
+/// attention computed from the K/V written for each position.
+fn check_against_naive(num_heads: usize, num_kv_heads: usize, head_dim: usize, block_size: usize) {
+    let mut model = crate::builtin::config("tiny").unwrap().0;
+    model.num_hidden_layers = 1;
+    model.num_attention_heads = num_heads;
+    model.num_key_value_heads = num_kv_heads;
+    model.head_dim = head_dim;
+    // (cached tokens before the step, tokens in the step)
+    let seqs = [(0usize, 1usize), (0, 37), (20, 1), (45, 19), (3, 16)];
+    let num_blocks = 1 + seqs
+        .iter()
+        .map(|(c, n)| (c + n).div_ceil(block_size))
+        .sum::<usize>();
+    let mut kv = KvCache::new(&model, KvCacheConfig::new(block_size, num_blocks)).unwrap();
+    let width = (num_heads + 2 * num_kv_heads) * head_dim;
+    let (k_off, v_off) = (num_heads * head_dim, (num_heads + num_kv_heads) * head_dim);
+    let mut rng = Rng(head_dim as u64 * 31 + block_size as u64);
+    // Blocks handed out in a scrambled order.
+    let mut free: Vec<u32> = (1..num_blocks as u32).collect();
+    free.reverse();
+    free.swap(0, 3);
+    let mut batch = ForwardBatch::default();
+    let mut rows_of_seq = Vec::new(); // every position's full q/k/v row
+    for &(cached, n) in &seqs {
+        let blocks: Vec<u32> = (0..(cached + n).div_ceil(block_size))
+            .map(|_| free.pop().unwrap())
+            .collect();
+        let rows: Vec<Vec<f32>> = (0..cached + n)
+            .map(|_| (0..width).map(|_| rng.next()).collect())
+            .collect();
+        batch
+            .push_seq(&vec![0; n], cached, &blocks, block_size)
+            .unwrap();
+        // Cached positions and this step's both go in (the runner writes
+        // the step's K/V before attention).
+        for (p, row) in rows.iter().enumerate() {
+            let slot = blocks[p / block_size] as usize * block_size + p % block_size;
+            kv.write(0, &[slot], row, width, k_off, v_off);
+        }
+        rows_of_seq.push(rows);
+    }
+    let mut q = vec![0f32; batch.num_tokens() * width];
+    for (s, &(cached, n)) in seqs.iter().enumerate() {
+        let start = batch.seqs[s].query_start;
+        for i in 0..n {
+            q[(start + i) * width..(start + i + 1) * width]
+                .copy_from_slice(&rows_of_seq[s][cached + i]);
+        }
+    }
+    let shape = AttentionShape {
+        num_heads,
+        num_kv_heads,
+        head_dim,
+        block_size,
+        scale: 1.0 / (head_dim as f32).sqrt(),
+    };
+    let queries = Queries {
+        data: &q,
+        row_stride: width,
+    };
+    let out_len = batch.num_tokens() * num_heads * head_dim;
+    let mut fast = vec![0f32; out_len];
+    let mut items = Vec::new();
+    paged_attention(
+        &shape,
+        queries,
+        kv.layer(0),
+        &batch.seqs,
+        &batch.block_tables,
+        &mut fast,
+        &mut items,
+    );
+    let mut portable = vec![0f32; out_len];
+    paged_attention_portable(
+        &shape,
+        queries,
+        kv.layer(0),
+        &batch.seqs,
+        &batch.block_tables,
+        &mut portable,
+    );
+
+    let group = num_heads / num_kv_heads;
+    let mut worst = 0f64;
+    for (s, &(cached, n)) in seqs.iter().enumerate() {
+        let rows = &rows_of_seq[s];
+        for i in 0..n {
+            let pos = cached + i;
+            let token = batch.seqs[s].query_start + i;
+            for h in 0..num_heads {
+                let g = h / group;
+                let qh = &rows[pos][h * head_dim..(h + 1) * head_dim];
+                let scores: Vec<f64> = (0..=pos)
+                    .map(|p| {
+                        let k = &rows[p][k_off + g * head_dim..k_off + (g + 1) * head_dim];
+                        qh.iter()
+                            .zip(k)
+                            .map(|(&a, &b)| a as f64 * b as f64)
+                            .sum::<f64>()
+                            * shape.scale as f64
+                    })
+                    .collect();
+                let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let w: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+                let total: f64 = w.iter().sum();
+                for d in 0..head_dim {
+                    let want: f64 = (0..=pos)
+                        .map(|p| w[p] * rows[p][v_off + g * head_dim + d] as f64)
+                        .sum::<f64>()
+                        / total;
+                    let at = token * num_heads * head_dim + h * head_dim + d;
+                    for got in [fast[at], portable[at]] {
+                        worst = worst.max((got as f64 - want).abs());
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        worst < 2e-5,
+        "heads {num_heads}/{num_kv_heads} dim {head_dim} block {block_size}: max error {worst}"
+    );
+}
+
+#[test]
+fn matches_naive_attention_on_a_mixed_batch() {
+    check_against_naive(14, 2, 64, 16); // the benchmark shape
+    check_against_naive(8, 4, 8, 16); // tiny-llama
+    check_against_naive(4, 4, 72, 5); // odd block size, dims not a multiple of 16
+    check_against_naive(6, 2, 32, 48); // several key chunks per block
+}
+
+/// A row's result does not depend on how its sequence's queries are cut
+/// into steps (chunked prefill) or on what else is in the batch.
+#[test]
+fn results_do_not_depend_on_chunking() {
+    let (mut model, _) = crate::builtin::config("qwen2.5-0.5b").unwrap();
+    model.num_hidden_layers = 1;
+    let (nh, nkv, hd, bs) = (14, 2, 64, 16);
+    let width = (nh + 2 * nkv) * hd;
+    let mut kv = KvCache::new(&model, KvCacheConfig::new(bs, 8)).unwrap();
+    let mut rng = Rng(7);
+    let n = 70;
+    let rows: Vec<f32> = (0..n * width).map(|_| rng.next()).collect();
+    let table: Vec<u32> = (1..6).collect();
+    let slots: Vec<usize> = (0..n)
+        .map(|p| table[p / bs] as usize * bs + p % bs)
+        .collect();
+    kv.write(0, &slots, &rows, width, nh * hd, (nh + nkv) * hd);
+    let shape = AttentionShape {
+        num_heads: nh,
+        num_kv_heads: nkv,
+        head_dim: hd,
+        block_size: bs,
+        scale: 0.125,
+    };
+    let run = |cached: usize, len: usize| -> Vec<f32> {
+        let mut batch = ForwardBatch::default();
+        batch.push_seq(&vec![0; len], cached, &table, bs).unwrap();
+        let q = &rows[cached * width..(cached + len) * width];
+        let mut out = vec![0f32; len * nh * hd];
+        paged_attention(
+            &shape,
+            Queries {
+                data: q,
+                row_stride: width,
+            },
+            kv.layer(0),
+            &batch.seqs,
+            &batch.block_tables,
+            &mut out,
+            &mut Vec::new(),
+        );
+        out
+    };
+    let whole = run(0, n);
+    let row = nh * hd;
+    for chunk in [1, 3, 16, 23] {
+        let mut start = 0;
+        while start < n {
+            let len = chunk.min(n - start);
+            assert_eq!(
+                run(start, len),
+                whole[start * row..(start + len) * row],
+                "chunk {chunk} at {start}"
+            );
+            start += len;
+        }
+    }
+}
