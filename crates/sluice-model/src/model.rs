@@ -35,18 +35,15 @@ pub struct Linear {
 }
 
 impl Linear {
-    /// `out[m × out_features] = x[m × in_features]·Wᵀ (+ b)`.
+    /// `out[m × out_features] = x[m × in_features]·Wᵀ (+ b)`, the bias
+    /// added inside the kernel's store (no second pass over `out`).
     pub fn forward(&self, x: &[f32], m: usize, out: &mut [f32]) {
-        crate::kernels::matmul(
-            x,
-            m,
-            self.in_features,
-            self.weight.as_weight_ref(),
-            self.out_features,
-            out,
-        );
-        if let Some(b) = &self.bias {
-            ops::add_bias(out, b);
+        let w = self.weight.as_weight_ref();
+        match &self.bias {
+            Some(b) => {
+                crate::kernels::matmul_bias(x, m, self.in_features, w, b, self.out_features, out)
+            }
+            None => crate::kernels::matmul(x, m, self.in_features, w, self.out_features, out),
         }
     }
 }

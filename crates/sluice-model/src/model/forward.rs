@@ -214,7 +214,7 @@ impl Model {
                 items,
             );
             layer.o_proj.forward(attn, t, proj);
-            add_assign(hidden, proj);
+            add_assign(hidden, proj, h);
 
             rms_norm(hidden, &layer.post_attention_layernorm, eps, normed);
             let mut start = 0;
@@ -228,7 +228,7 @@ impl Model {
                 silu_mul(gu, inter, a);
                 let out = &mut proj[start * h..(start + m) * h];
                 layer.down_proj.forward(a, m, out);
-                add_assign(&mut hidden[start * h..(start + m) * h], out);
+                add_assign(&mut hidden[start * h..(start + m) * h], out, h);
                 start += m;
             }
         }
