@@ -8,7 +8,7 @@
 //! Multiply by 24 layers to compare with a step's time.
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use sluice_model::attention::{paged_attention, AttentionShape, Queries};
+use sluice_model::attention::{paged_attention, paged_attention_portable, AttentionShape, Queries};
 use sluice_model::builtin;
 use sluice_model::kv_cache::{KvCache, KvCacheConfig};
 use sluice_model::model::ForwardBatch;
@@ -99,5 +99,35 @@ fn bench(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, bench);
+/// The portable kernel (one thread), to show what the AVX-512 one buys.
+fn bench_portable(c: &mut Criterion) {
+    let shape = AttentionShape {
+        num_heads: 14,
+        num_kv_heads: 2,
+        head_dim: 64,
+        block_size: 16,
+        scale: 0.125,
+    };
+    for (name, seqs, qlen, ctx) in [("decode_32x192", 32, 1, 192), ("prefill_128", 1, 128, 128)] {
+        let (kv, batch, q) = setup(seqs, qlen, ctx);
+        let mut out = vec![0f32; batch.num_tokens() * 14 * 64];
+        c.bench_function(&format!("attention_portable_{name}_t1"), |b| {
+            b.iter(|| {
+                paged_attention_portable(
+                    &shape,
+                    Queries {
+                        data: &q,
+                        row_stride: 18 * 64,
+                    },
+                    kv.layer(0),
+                    &batch.seqs,
+                    &batch.block_tables,
+                    &mut out,
+                )
+            })
+        });
+    }
+}
+
+criterion_group!(benches, bench, bench_portable);
 criterion_main!(benches);

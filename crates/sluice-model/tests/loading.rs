@@ -279,3 +279,29 @@ fn errors_name_what_is_wrong() {
     let e = error_of(&spec(&dir, DType::F32));
     assert!(e.contains("lm_head.weight"), "{e}");
 }
+
+/// A Mistral-style checkpoint (`MistralForCausalLM`, GQA, untied head, no
+/// sliding window) is the Llama architecture: the same weights give the
+/// same logits.
+#[test]
+fn mistral_checkpoint_runs_as_llama() {
+    let dir = scratch_dir("mistral", "tiny-llama");
+    let cfg = std::fs::read_to_string(dir.join("config.json")).unwrap();
+    let cfg = cfg
+        .replace("LlamaForCausalLM", "MistralForCausalLM")
+        .replace("\"model_type\": \"llama\"", "\"model_type\": \"mistral\"");
+    assert!(cfg.contains("MistralForCausalLM") && cfg.contains("\"mistral\""));
+    std::fs::write(dir.join("config.json"), cfg).unwrap();
+    std::fs::copy(
+        data_dir("tiny-llama").join("model.safetensors"),
+        dir.join("model.safetensors"),
+    )
+    .unwrap();
+    let f = fixture("tiny-llama");
+    let mistral = load_model(&spec(&dir, DType::F32)).unwrap();
+    let p = &f.prompts[1];
+    assert_eq!(
+        last_logits(&mistral, &p.input_ids),
+        last_logits(&f.loaded, &p.input_ids)
+    );
+}
