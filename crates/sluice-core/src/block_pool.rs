@@ -39,7 +39,11 @@ impl BlockPool {
             ref_cnt: vec![0; num_blocks],
             hash: vec![None; num_blocks],
             free: FreeBlockQueue::new(num_blocks, 1..num_blocks as BlockId),
-            cached: CachedBlockMap::default(),
+            cached: if enable_caching {
+                CachedBlockMap::with_capacity(num_blocks)
+            } else {
+                CachedBlockMap::default()
+            },
             evict_first: Vec::new(),
             evict_last: Vec::new(),
         }
@@ -178,7 +182,7 @@ impl BlockPool {
         if self.free.len() != self.num_blocks - 1 {
             return false;
         }
-        self.cached.clear();
+        self.cached.clear(); // keeps its capacity
         self.hash.iter_mut().for_each(|h| *h = None);
         true
     }

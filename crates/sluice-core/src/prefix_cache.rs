@@ -38,6 +38,15 @@ pub struct CachedBlockMap {
 }
 
 impl CachedBlockMap {
+    /// A map that never rehashes while it holds at most `blocks` entries:
+    /// with one KV group a block carries at most one hash, so the pool size
+    /// bounds it. (A rehash of a large map would be a multi-millisecond step.)
+    pub fn with_capacity(blocks: usize) -> Self {
+        CachedBlockMap {
+            map: HashMap::with_capacity_and_hasher(blocks, Default::default()),
+        }
+    }
+
     /// The earliest-inserted block cached under `hash`, if any.
     pub fn get(&self, hash: &BlockHash) -> Option<BlockId> {
         self.map.get(hash).and_then(|v| v.first().copied())
