@@ -145,7 +145,12 @@ impl Bench {
         let so = sched.schedule();
         self.runner.execute(&so)?;
         Ok(RunTiming {
-            decode_tok_s: decode_tokens as f64 / decode_time.as_secs_f64().max(1e-9),
+            // NaN (null in the JSON) when no step had every request decoding.
+            decode_tok_s: if decode_tokens == 0 {
+                f64::NAN
+            } else {
+                decode_tokens as f64 / decode_time.as_secs_f64()
+            },
             output_tok_s: output_tokens as f64 / total.as_secs_f64(),
             first_step: first_step.unwrap_or_default(),
         })
