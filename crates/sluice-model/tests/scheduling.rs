@@ -62,6 +62,12 @@ fn chunked_prefill_mixed_with_decodes() {
             let mut d = Driver::new(&f.loaded, config);
             add_all(&mut d, &f);
             d.run();
+            let prompt_tokens: usize = f.prompts.iter().map(|p| p.input_ids.len()).sum();
+            assert!(
+                d.steps >= prompt_tokens / chunk,
+                "{name}: chunk {chunk} must really split the prefill ({} steps)",
+                d.steps
+            );
             assert_same_as_single(&f, &d, &singles, &format!("chunk {chunk}"));
         }
     }
