@@ -161,6 +161,13 @@ impl KvCacheManager {
             tables.resize_with(slot + 1, RequestBlocks::default);
         }
         let table = &mut tables[slot];
+        if table.blocks.is_empty() {
+            // Room for every block the request can ever hold, so that its
+            // table never reallocates while it decodes.
+            let max_tokens = (req.num_prompt_tokens + req.max_tokens()).min(self.max_model_len);
+            let want = cdiv(max_tokens + num_lookahead_tokens, block_size);
+            table.blocks.reserve(want);
+        }
         if !hit_blocks.is_empty() {
             pool.touch(hit_blocks);
             table.blocks.extend_from_slice(hit_blocks);

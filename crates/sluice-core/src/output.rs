@@ -90,6 +90,13 @@ impl CachedRequestData {
         self.reqs.is_empty()
     }
 
+    /// Room for `n` requests; in a decode step about one in `block_size`
+    /// gets a new block, so `n` block ids rarely need a second allocation.
+    pub(crate) fn reserve(&mut self, n: usize) {
+        self.reqs.reserve(n);
+        self.block_ids.reserve(n);
+    }
+
     /// Blocks added for entry `i` (the whole table if it resumed), or `None`.
     pub fn new_block_ids(&self, i: usize) -> Option<&[BlockId]> {
         self.reqs[i]

@@ -183,6 +183,19 @@ impl Request {
         r
     }
 
+    /// Reserves room for every token the request can reach (prompt plus
+    /// `max_tokens`, capped by `max_model_len`) and their block hashes, so
+    /// that appending outputs never reallocates: a steady decode step
+    /// allocates nothing per request.
+    pub(crate) fn reserve_for_outputs(&mut self, max_model_len: usize, block_size: usize) {
+        let total = (self.num_prompt_tokens + self.sampling_params.max_tokens).min(max_model_len);
+        self.all_token_ids
+            .reserve_exact(total.saturating_sub(self.all_token_ids.len()));
+        let blocks = total / block_size.max(1);
+        self.block_hashes
+            .reserve_exact(blocks.saturating_sub(self.block_hashes.len()));
+    }
+
     pub fn id(&self) -> &RequestId {
         &self.id
     }

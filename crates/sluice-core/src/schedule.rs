@@ -296,9 +296,7 @@ impl Scheduler {
             .collect();
 
         let mut cached = CachedRequestData::default();
-        cached
-            .reqs
-            .reserve(s.running_scheduled.len() + s.resumed_reqs.len());
+        cached.reserve(s.running_scheduled.len() + s.resumed_reqs.len());
         for &(slot, fresh) in &s.running_scheduled {
             let req = self.req(slot);
             let table = self.kv.block_ids(slot as usize);

@@ -125,7 +125,8 @@ impl Scheduler {
             return bad("arrival_time", "must be finite".into());
         }
 
-        let req = Request::from_new(new, self.kv.hasher());
+        let mut req = Request::from_new(new, self.kv.hasher());
+        req.reserve_for_outputs(self.config.max_model_len, self.config.block_size);
         let slot = match self.free_slots.pop() {
             Some(s) => s,
             None => {
