@@ -9,7 +9,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use sluice_core::{SchedulerConfig, SchedulingPolicy};
+use sluice_core::{HashAlgo, SchedulerConfig, SchedulingPolicy};
 use sluice_engine::{Engine, EngineConfig, KvCacheSize, ModelExecutor, Tokenizer};
 use sluice_model::{DType, LoadFormat, ModelSpec};
 use std::path::PathBuf;
@@ -86,6 +86,10 @@ pub struct SchedulerArgs {
     /// fcfs or priority.
     #[arg(long, value_name = "POLICY", default_value = "fcfs")]
     pub scheduling_policy: SchedulingPolicy,
+    /// Block hash of the prefix cache: sha256 (vLLM's default) or xxhash
+    /// (faster, not collision resistant against an adversary).
+    #[arg(long, value_name = "ALGO", default_value = "sha256")]
+    pub prefix_caching_hash_algo: HashAlgo,
 }
 
 /// "1GiB", "512MiB", "64KiB", "2GB", "1000" (bytes).
@@ -231,6 +235,7 @@ pub fn prepare_engine(model: &ModelArgs, sched: &SchedulerArgs) -> Result<Prepar
         enable_chunked_prefill,
         long_prefill_token_threshold: sched.long_prefill_token_threshold,
         policy: sched.scheduling_policy,
+        prefix_caching_hash_algo: sched.prefix_caching_hash_algo,
         ..SchedulerConfig::default()
     };
     let config = EngineConfig::new(scheduler)
