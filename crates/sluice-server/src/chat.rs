@@ -10,7 +10,7 @@ use crate::protocol::{
 };
 use crate::sse;
 use crate::state::{unix_now, AppState};
-use crate::submit::{add_usage, stop_reason_json, submit, usage_json, Event};
+use crate::submit::{add_usage, finish_fields, stop_reason_json, submit, usage_json, Event};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -120,13 +120,8 @@ pub async fn chat_completions(
         &sp,
         req.sampling.priority.unwrap_or(0),
     )?;
-    if req.sampling.stream.unwrap_or(false) {
-        let include_usage = req
-            .sampling
-            .stream_options
-            .as_ref()
-            .and_then(|o| o.include_usage)
-            .unwrap_or(false);
+    if req.sampling.stream() {
+        let include_usage = req.sampling.include_usage();
         return Ok(stream_response(
             &state,
             id,
@@ -162,11 +157,7 @@ pub async fn chat_completions(
                         .extend(logprobs::chat_content(&tok, &out.logprobs, top_n));
                 }
                 if let Some(f) = &out.finished {
-                    if let Some(err) = &f.error {
-                        return Err(ApiError::internal(format!("generation failed: {err}")));
-                    }
-                    c.finish_reason = Some(f.reason.as_str());
-                    c.stop_reason = stop_reason_json(f);
+                    (c.finish_reason, c.stop_reason) = finish_fields(f)?;
                 }
             }
             Event::Done { usage: u, .. } => add_usage(&mut usage, &u),

@@ -8,7 +8,7 @@ use crate::protocol::{
 };
 use crate::sse;
 use crate::state::{unix_now, AppState};
-use crate::submit::{add_usage, stop_reason_json, submit, usage_json, Event};
+use crate::submit::{add_usage, finish_fields, stop_reason_json, submit, usage_json, Event};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -41,7 +41,7 @@ pub async fn completions(State(state): State<AppState>, body: Bytes) -> Result<R
         return Err(ApiError::invalid("suffix", "suffix is not supported"));
     }
     let echo = req.echo.unwrap_or(false);
-    if echo && (req.logprobs.is_some() || req.sampling.stream.unwrap_or(false)) {
+    if echo && (req.logprobs.is_some() || req.sampling.stream()) {
         return Err(ApiError::invalid(
             "echo",
             "echo is only supported without logprobs and without streaming",
@@ -86,13 +86,8 @@ pub async fn completions(State(state): State<AppState>, body: Bytes) -> Result<R
         &sp,
         req.sampling.priority.unwrap_or(0),
     )?;
-    if req.sampling.stream.unwrap_or(false) {
-        let include_usage = req
-            .sampling
-            .stream_options
-            .as_ref()
-            .and_then(|o| o.include_usage)
-            .unwrap_or(false);
+    if req.sampling.stream() {
+        let include_usage = req.sampling.include_usage();
         return Ok(stream_response(
             state,
             id,
@@ -149,11 +144,7 @@ async fn collect_response(
                     c.prompt_logprobs = Some(logprobs::prompt_logprobs_json(&tok, p));
                 }
                 if let Some(f) = &out.finished {
-                    if let Some(err) = &f.error {
-                        return Err(ApiError::internal(format!("generation failed: {err}")));
-                    }
-                    c.finish_reason = Some(f.reason.as_str());
-                    c.stop_reason = stop_reason_json(f);
+                    (c.finish_reason, c.stop_reason) = finish_fields(f)?;
                 }
             }
             Event::Done { usage: u, .. } => add_usage(&mut usage, &u),

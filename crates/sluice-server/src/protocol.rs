@@ -64,6 +64,20 @@ pub struct SamplingFields {
     pub stream_options: Option<StreamOptions>,
 }
 
+impl SamplingFields {
+    pub fn stream(&self) -> bool {
+        self.stream.unwrap_or(false)
+    }
+
+    /// `stream_options.include_usage`: a usage chunk ends the stream.
+    pub fn include_usage(&self) -> bool {
+        self.stream_options
+            .as_ref()
+            .and_then(|o| o.include_usage)
+            .unwrap_or(false)
+    }
+}
+
 #[derive(Clone, Debug, Deserialize)]
 pub struct CompletionRequest {
     pub model: Option<String>,

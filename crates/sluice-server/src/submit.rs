@@ -82,6 +82,17 @@ pub fn usage_json(u: &Usage) -> crate::protocol::Usage {
     }
 }
 
+/// How a choice ended: `(finish_reason, stop_reason)`, or the 500 a model
+/// error becomes.
+pub type FinishFields = (Option<&'static str>, Option<serde_json::Value>);
+
+pub fn finish_fields(f: &sluice_engine::Finished) -> Result<FinishFields, ApiError> {
+    if let Some(err) = &f.error {
+        return Err(ApiError::internal(format!("generation failed: {err}")));
+    }
+    Ok((Some(f.reason.as_str()), stop_reason_json(f)))
+}
+
 pub fn stop_reason_json(f: &sluice_engine::Finished) -> Option<serde_json::Value> {
     f.stop_reason.as_ref().map(|r| match r {
         sluice_engine::StopReason::Token(t) => serde_json::Value::from(*t),

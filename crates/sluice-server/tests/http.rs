@@ -2,68 +2,31 @@
 //! on an engine with a scripted model and the built-in byte-level tokenizer:
 //! the model "writes" a fixed text, one byte token at a time.
 
+mod common;
+
+use common::{TestServer, MAX_MODEL_LEN};
 use futures::StreamExt;
 use serde_json::{json, Value};
-use sluice_engine::{Engine, EngineConfig, SchedulerConfig, ScriptedExecutor, SeqView, Tokenizer};
-use sluice_server::{serve, ServerConfig};
-use std::sync::Arc;
 use std::time::Duration;
 
-const TEXT: &str = "The quick brown fox jumps over the lazy dog. ";
-const MAX_MODEL_LEN: usize = 256;
-
-struct Server {
-    base: String,
-    engine: Engine,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<anyhow::Result<()>>,
-}
+struct Server(TestServer);
 
 impl Server {
     async fn start(max_waiting: Option<usize>, step_delay: Duration) -> Server {
-        let script = move |s: &SeqView<'_>| {
-            if !step_delay.is_zero() {
-                std::thread::sleep(step_delay);
-            }
-            let i = s.output.len() % TEXT.len();
-            vec![u32::from(TEXT.as_bytes()[i])]
-        };
-        let tokenizer = Arc::new(Tokenizer::builtin());
-        let sched = SchedulerConfig {
-            max_model_len: MAX_MODEL_LEN,
-            max_num_batched_tokens: 512,
-            max_num_seqs: 16,
-            ..SchedulerConfig::default()
-        };
-        let mut cfg = EngineConfig::new(sched).with_model_eos(&tokenizer, &[256]);
-        cfg.max_waiting_requests = max_waiting;
-        let executor = ScriptedExecutor::new(512, script).with_vocab_size(384);
-        let engine = Engine::start(cfg, Box::new(executor), tokenizer).expect("engine starts");
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let config = ServerConfig {
-            addr,
-            model_name: "test-model".into(),
-            max_model_len: MAX_MODEL_LEN,
-            shutdown_grace: Duration::from_secs(5),
-        };
-        let task = tokio::spawn(serve(engine.clone(), config, listener, async {
-            let _ = rx.await;
-        }));
-        Server {
-            base: format!("http://{addr}"),
-            engine,
-            stop: Some(tx),
-            task,
-        }
+        Server(TestServer::start("test-model", max_waiting, step_delay).await)
+    }
+
+    fn base(&self) -> String {
+        self.0.base()
+    }
+
+    fn engine(&self) -> &sluice_engine::Engine {
+        &self.0.engine
     }
 
     async fn post(&self, path: &str, body: Value) -> reqwest::Response {
         reqwest::Client::new()
-            .post(format!("{}{path}", self.base))
+            .post(format!("{}{path}", self.base()))
             .json(&body)
             .send()
             .await
@@ -71,16 +34,13 @@ impl Server {
     }
 
     async fn get(&self, path: &str) -> reqwest::Response {
-        reqwest::get(format!("{}{path}", self.base))
+        reqwest::get(format!("{}{path}", self.base()))
             .await
             .expect("request sent")
     }
 
-    async fn shutdown(mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        self.task.await.expect("server task").expect("server ran");
+    async fn shutdown(self) {
+        self.0.shutdown().await
     }
 }
 
@@ -280,7 +240,7 @@ async fn bad_input_gets_openai_errors_with_the_right_status() {
             .is_some_and(|m| !m.is_empty()));
     }
     let r = reqwest::Client::new()
-        .post(format!("{}/v1/completions", s.base))
+        .post(format!("{}/v1/completions", s.base()))
         .header("content-type", "application/json")
         .body("{\"prompt\": ")
         .send()
@@ -298,7 +258,7 @@ async fn bad_input_gets_openai_errors_with_the_right_status() {
     assert_eq!(r.status(), 400);
     assert_eq!(s.get("/v1/nothing").await.status(), 404);
     // Nothing leaked.
-    assert_eq!(s.engine.stats().kv_cache_usage, 0.0);
+    assert_eq!(s.engine().stats().kv_cache_usage, 0.0);
     s.shutdown().await;
 }
 
@@ -383,12 +343,12 @@ async fn client_disconnect_aborts_and_frees_kv() {
     let mut body = r.bytes_stream();
     let first = body.next().await.expect("a first chunk").expect("bytes");
     assert!(!first.is_empty());
-    assert!(s.engine.stats().num_running_reqs + s.engine.stats().num_waiting_reqs > 0);
+    assert!(s.engine().stats().num_running_reqs + s.engine().stats().num_waiting_reqs > 0);
     drop(body);
     // The engine notices the dropped stream and frees the request.
     let mut freed = false;
     for _ in 0..500 {
-        let st = s.engine.stats();
+        let st = s.engine().stats();
         if st.num_running_reqs == 0 && st.num_waiting_reqs == 0 && st.kv_cache_usage == 0.0 {
             freed = true;
             break;
@@ -398,9 +358,9 @@ async fn client_disconnect_aborts_and_frees_kv() {
     assert!(
         freed,
         "the aborted request still holds KV: {:?}",
-        s.engine.stats()
+        s.engine().stats()
     );
-    assert_eq!(s.engine.stats().finished.abort, 1);
+    assert_eq!(s.engine().stats().finished.abort, 1);
     s.shutdown().await;
 }
 
@@ -408,7 +368,7 @@ async fn client_disconnect_aborts_and_frees_kv() {
 async fn graceful_shutdown_lets_requests_in_flight_finish() {
     let s = Server::start(None, Duration::from_millis(2)).await;
     let client = reqwest::Client::new();
-    let url = format!("{}/v1/completions", s.base);
+    let url = format!("{}/v1/completions", s.base());
     let inflight = tokio::spawn(async move {
         client
             .post(url)
@@ -421,7 +381,7 @@ async fn graceful_shutdown_lets_requests_in_flight_finish() {
             .expect("json")
     });
     tokio::time::sleep(Duration::from_millis(20)).await;
-    let engine = s.engine.clone();
+    let engine = s.engine().clone();
     s.shutdown().await;
     let v = inflight.await.unwrap();
     assert_eq!(v["choices"][0]["finish_reason"], "length");
