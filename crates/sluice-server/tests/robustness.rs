@@ -99,7 +99,7 @@ async fn random_bodies_never_crash_or_leak() {
         };
         let mut body = serde_json::Map::new();
         // Usually a valid core, so mangled fields are reached.
-        if rng.next() % 4 != 0 {
+        if !rng.next().is_multiple_of(4) {
             if case % 2 == 0 {
                 body.insert("prompt".into(), json!("Hello"));
             } else {
@@ -114,7 +114,7 @@ async fn random_bodies_never_crash_or_leak() {
             let f = FIELDS[(rng.next() % FIELDS.len() as u64) as usize];
             body.insert(f.into(), rng.pick(&vals).clone());
         }
-        let raw = if rng.next() % 10 == 0 {
+        let raw = if rng.next().is_multiple_of(10) {
             // Broken JSON.
             let s = Value::Object(body.clone()).to_string();
             s[..s.len() / 2].to_string()
