@@ -13,7 +13,9 @@
 //!   half of L1): a tile reads its weight rows one after the other, a single
 //!   sequential stream per thread that the hardware prefetcher follows at
 //!   full speed, while the few `x` rows are served from L1. Weights are read
-//!   once per call whatever `m` is.
+//!   once per call whatever `m` is. Threads claim runs of column tiles
+//!   guided (large runs first, single tiles last), so each run is one long
+//!   stream and the threads finish together (`run_streaming`).
 //! - Blocked (batches and prefill): `mr × nr` register tiles interleave the
 //!   weight rows per k-step so each loaded vector feeds several
 //!   accumulators. Inside a task: for each `nt`-column tile, for each row
@@ -22,6 +24,7 @@
 //!   row block of `x` is sized to stay in L2.
 
 use super::pool;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// One register tile: `out[i][j] = dot(x row i, w row j) (+ bias[j])` for
 /// `i < mr`, `j < nr`.
@@ -197,6 +200,11 @@ pub(crate) unsafe fn run<X: Sync, W: Sync>(
     } else {
         (micro.mr, micro.nr, micro.tile)
     };
+    if streaming {
+        // SAFETY: forwarded from the caller.
+        unsafe { run_streaming(p, out, threads, mr, nt, tile_fn) };
+        return;
+    }
     let pl = plan(
         m,
         n,
@@ -242,6 +250,82 @@ pub(crate) unsafe fn run<X: Sync, W: Sync>(
         }
     };
     pool::run(threads, pl.m_blocks * pl.n_chunks, &task);
+}
+
+/// Column tiles a streaming claim takes at least.
+const STREAM_MIN_TILES: usize = 1;
+
+/// Claims the next run of column tiles out of `total`, guided: a share of
+/// what is left (`1 / (2 · threads)` of it), never fewer than
+/// `STREAM_MIN_TILES`. Returns `None` once everything is claimed.
+fn claim(next: &AtomicUsize, total: usize, threads: usize) -> Option<(usize, usize)> {
+    let mut cur = next.load(Ordering::Relaxed);
+    loop {
+        if cur >= total {
+            return None;
+        }
+        let size = ((total - cur) / (2 * threads))
+            .max(STREAM_MIN_TILES)
+            .min(total - cur);
+        match next.compare_exchange_weak(cur, cur + size, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return Some((cur, cur + size)),
+            Err(now) => cur = now,
+        }
+    }
+}
+
+/// The streaming loop nest (`m <= mr`: one row tile covers all of `x`).
+/// Every participating thread claims runs of whole column tiles from a
+/// shared counter, large runs first and single tiles at the end (guided
+/// self-scheduling): each run is one sequential stream of weight rows,
+/// few streams restart per call, and the threads still finish together.
+/// A thread that wakes late (or is descheduled) simply claims less.
+///
+/// # Safety
+/// As for `run`; `m <= mr` and `tile_fn` accepts `m × nt` tiles.
+unsafe fn run_streaming<X: Sync, W: Sync>(
+    p: &Problem<'_, X, W>,
+    out: &mut [f32],
+    threads: usize,
+    mr: usize,
+    nt: usize,
+    tile_fn: unsafe fn(&Tile<X, W>),
+) {
+    let (m, n, k) = (p.m, p.n, p.k);
+    debug_assert!(m <= mr);
+    let tiles = n.div_ceil(nt);
+    let threads = threads.clamp(1, tiles);
+    let next = AtomicUsize::new(0);
+    let out_ptr = SyncPtr(out.as_mut_ptr());
+    let task = |_: usize| {
+        while let Some((t0, t1)) = claim(&next, tiles, threads) {
+            for t in t0..t1 {
+                let j = t * nt;
+                let nr = nt.min(n - j);
+                let tile = Tile {
+                    x: p.x.as_ptr(),
+                    ldx: p.ldx,
+                    mr: m,
+                    // SAFETY (pointer arithmetic): j < n, so these stay
+                    // inside `w`, `out`, `bias`.
+                    w: unsafe { p.w.as_ptr().add(j * k) },
+                    nr,
+                    k,
+                    out: unsafe { out_ptr.get().add(j) },
+                    ldo: n,
+                    bias: p
+                        .bias
+                        .map_or(std::ptr::null(), |b| unsafe { b.as_ptr().add(j) }),
+                    prefetch: false,
+                };
+                // SAFETY: all m rows of x and rows j..j+nr of w exist; out
+                // columns j..j+nr belong to this claim alone; the caller
+                // vouched for the CPU.
+                unsafe { tile_fn(&tile) };
+            }
+        }
+    };
+    pool::run(threads, threads, &task);
 }
 
 #[cfg(test)]
