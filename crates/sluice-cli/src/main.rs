@@ -7,6 +7,7 @@ use std::process::ExitCode;
 mod bench;
 mod bench_model;
 mod generate;
+mod hub;
 mod options;
 mod replay;
 mod serve;

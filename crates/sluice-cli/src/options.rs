@@ -22,10 +22,20 @@ pub const DEFAULT_BUILTIN: &str = "tiny";
 #[derive(Args, Clone, Debug)]
 pub struct ModelArgs {
     /// A Hugging Face model directory (config.json, *.safetensors,
-    /// tokenizer.json). Without it (and without --builtin) the built-in tiny
-    /// model runs.
-    #[arg(long, value_name = "DIR")]
-    pub model: Option<PathBuf>,
+    /// tokenizer.json), or a Hugging Face Hub model id ORG/NAME (ORG/NAME:QUANT
+    /// for a GGUF repository, e.g. :Q4_K_M) downloaded into the Hugging Face
+    /// cache (HF_HOME, HF_ENDPOINT, HF_TOKEN, HF_HUB_OFFLINE apply). An
+    /// existing path always wins. Without it (and without --builtin) the
+    /// built-in tiny model runs.
+    #[arg(long, value_name = "DIR|ORG/NAME")]
+    pub model: Option<String>,
+    /// The branch, tag or commit of a hub --model [default: main].
+    #[arg(long, value_name = "REV", requires = "model")]
+    pub revision: Option<String>,
+    /// The .gguf file of a hub --model to use (its first part for a split
+    /// set), instead of ORG/NAME:QUANT.
+    #[arg(long, value_name = "NAME", requires = "model")]
+    pub gguf_file: Option<String>,
     /// A built-in model config (tiny, qwen2.5-0.5b), run with dummy weights
     /// and the built-in byte-level tokenizer.
     #[arg(long, value_name = "NAME", conflicts_with = "model")]
@@ -151,11 +161,31 @@ pub fn flag_error(e: &sluice_engine::EngineError) -> String {
     }
 }
 
+/// `--model X` for error context; a hub model adds where it was put.
+fn model_label(r: &crate::hub::ResolvedModel) -> String {
+    match &r.hub_id {
+        Some(id) => format!("--model {id} ({})", r.path.display()),
+        None => format!("--model {}", r.path.display()),
+    }
+}
+
 /// Loads the model and tokenizer and builds the engine configuration.
 pub fn prepare_engine(model: &ModelArgs, sched: &SchedulerArgs) -> Result<PreparedEngine> {
     if let Some(n) = model.threads {
         sluice_model::kernels::set_num_threads(n as usize);
     }
+    // A hub id becomes a snapshot directory in the Hugging Face cache here,
+    // before anything else, so the rest loads it like any local directory.
+    let resolved = match &model.model {
+        Some(m) => Some(crate::hub::resolve_model(
+            m,
+            model.revision.as_deref(),
+            model.gguf_file.as_deref(),
+            model.load_format != LoadFormat::Dummy,
+        )?),
+        None => None,
+    };
+    let model_dir: Option<PathBuf> = resolved.as_ref().map(|r| r.path.clone());
     let builtin = match (&model.model, &model.builtin) {
         (None, None) => {
             eprintln!(
@@ -168,7 +198,7 @@ pub fn prepare_engine(model: &ModelArgs, sched: &SchedulerArgs) -> Result<Prepar
         (Some(_), _) => None,
     };
     let spec = ModelSpec {
-        dir: model.model.clone(),
+        dir: model_dir.clone(),
         builtin: builtin.clone(),
         // A built-in config has no weight files: dummy is the only format.
         load_format: if builtin.is_some() {
@@ -179,18 +209,23 @@ pub fn prepare_engine(model: &ModelArgs, sched: &SchedulerArgs) -> Result<Prepar
         dtype: model.dtype,
         seed: model.model_seed,
     };
-    let loaded = sluice_model::load_model(&spec).with_context(|| match &model.model {
-        Some(dir) => format!("--model {}", dir.display()),
+    let loaded = sluice_model::load_model(&spec).with_context(|| match &resolved {
+        Some(r) => model_label(r),
         None => format!("--builtin {}", builtin.as_deref().unwrap_or_default()),
     })?;
-    let tokenizer = match &model.model {
-        Some(dir) => {
-            Tokenizer::from_dir(dir).with_context(|| format!("--model {}", dir.display()))?
-        }
+    let tokenizer = match &resolved {
+        Some(r) => Tokenizer::from_dir(&r.path).with_context(|| model_label(r))?,
         None => Tokenizer::builtin(),
     };
-    let model_name = match (&model.model, &builtin) {
-        (Some(dir), _) => dir
+    let model_name = match (&resolved, &builtin) {
+        // Clients see a hub model under its id, as vLLM does.
+        (
+            Some(crate::hub::ResolvedModel {
+                hub_id: Some(id), ..
+            }),
+            _,
+        ) => id.clone(),
+        (Some(crate::hub::ResolvedModel { path: dir, .. }), _) => dir
             .canonicalize()
             .ok()
             .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))

@@ -1,10 +1,14 @@
 //! `sluice serve`: the OpenAI-compatible HTTP server.
 
-use crate::options::{prepare_engine, ModelArgs, SchedulerArgs};
+use crate::options::{parse_size, prepare_engine, ModelArgs, SchedulerArgs};
 use anyhow::{Context, Result};
 use clap::Args;
-use sluice_server::{serve, shutdown_signal, ServerConfig};
+use sluice_engine::RequestLimits;
+use sluice_server::access::Cors;
+use sluice_server::conn::Timeouts;
+use sluice_server::{serve, shutdown_signal, ServerConfig, TlsFiles};
 use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -24,13 +28,103 @@ pub struct ServeArgs {
     /// the built-in model's].
     #[arg(long, value_name = "NAME")]
     served_model_name: Option<String>,
+    /// Require `Authorization: Bearer KEY` on /v1/* and the tokenizer
+    /// endpoints (repeat for several keys; also read from VLLM_API_KEY).
+    /// /health, /ready, /metrics and /version stay open.
+    #[arg(
+        long = "api-key",
+        value_name = "KEY",
+        env = "VLLM_API_KEY",
+        hide_env_values = true
+    )]
+    api_keys: Vec<String>,
+    /// Serve HTTPS: the PEM private key (with --ssl-certfile).
+    #[arg(long, value_name = "FILE", requires = "ssl_certfile")]
+    ssl_keyfile: Option<PathBuf>,
+    /// Serve HTTPS: the PEM certificate chain (with --ssl-keyfile).
+    #[arg(long, value_name = "FILE", requires = "ssl_keyfile")]
+    ssl_certfile: Option<PathBuf>,
+    /// CORS: origins allowed to call the API, as a JSON list (vLLM's form,
+    /// '["https://a.example"]') or comma-separated; "*" for any. CORS is
+    /// off unless this is given.
+    #[arg(long, value_name = "LIST", value_parser = parse_list)]
+    allowed_origins: Option<Vec<String>>,
+    /// CORS: allowed methods (JSON list or comma-separated) [default: any].
+    #[arg(long, value_name = "LIST", value_parser = parse_list)]
+    allowed_methods: Option<Vec<String>>,
+    /// CORS: allowed request headers (JSON list or comma-separated)
+    /// [default: any].
+    #[arg(long, value_name = "LIST", value_parser = parse_list)]
+    allowed_headers: Option<Vec<String>>,
+    /// Close a kept-alive connection idle this long (seconds; uvicorn's
+    /// name and vLLM's value).
+    #[arg(long, value_name = "SECS", default_value_t = 5.0, value_parser = parse_secs)]
+    timeout_keep_alive: f64,
+    /// Close a connection whose request headers take longer than this
+    /// (seconds, from their first byte; also bounds the TLS handshake).
+    #[arg(long, value_name = "SECS", default_value_t = 30.0, value_parser = parse_secs)]
+    timeout_header_read: f64,
+    /// Answer 408 when a request body takes longer than this (seconds).
+    #[arg(long, value_name = "SECS", default_value_t = 60.0, value_parser = parse_secs)]
+    timeout_body_read: f64,
+    /// Close a connection whose client has read nothing for this long
+    /// while a response waits to be written (seconds).
+    #[arg(long, value_name = "SECS", default_value_t = 60.0, value_parser = parse_secs)]
+    timeout_write_stall: f64,
+    /// Largest request body accepted (413 beyond), e.g. 32MiB.
+    #[arg(long, value_name = "SIZE", default_value = "32MiB", value_parser = parse_size)]
+    max_request_body_bytes: usize,
     /// Refuse new requests (503 with Retry-After) while this many wait.
     #[arg(long, value_name = "N", default_value_t = 4096)]
     max_waiting_requests: usize,
+    /// Refuse new requests (503 with Retry-After) while the requests not
+    /// started yet hold this many prompt + max_tokens tokens [default: 16 ×
+    /// the KV cache's capacity in tokens].
+    #[arg(long, value_name = "TOKENS")]
+    max_waiting_tokens: Option<usize>,
+    /// Most sequences (prompts × n) one request may start (400 beyond).
+    #[arg(long, value_name = "N", default_value_t = sluice_server::DEFAULT_MAX_SEQUENCES_PER_REQUEST)]
+    max_sequences_per_request: usize,
+    /// Most stop strings one request may give (400 beyond).
+    #[arg(long, value_name = "N", default_value_t = RequestLimits::default().max_stop_strings)]
+    max_stop_strings: usize,
+    /// Longest stop string accepted, in bytes (400 beyond).
+    #[arg(long, value_name = "BYTES", default_value_t = RequestLimits::default().max_stop_string_bytes)]
+    max_stop_string_bytes: usize,
+    /// Most logit_bias entries one request may give (400 beyond).
+    #[arg(long, value_name = "N", default_value_t = RequestLimits::default().max_logit_bias)]
+    max_logit_bias: usize,
+    /// Output a client may leave unread before its request is aborted and
+    /// its KV cache freed, e.g. 4MiB.
+    #[arg(long, value_name = "SIZE", default_value = "4MiB", value_parser = parse_size)]
+    max_stream_buffer_bytes: usize,
     /// On SIGINT/SIGTERM, seconds requests in flight may run before they are
-    /// aborted.
+    /// aborted; every connection is closed soon after.
     #[arg(long, value_name = "SECS", default_value_t = 30)]
     shutdown_grace_secs: u64,
+}
+
+/// A JSON list of strings (`'["a", "b"]'`, as vLLM takes these flags) or a
+/// comma-separated one.
+fn parse_list(s: &str) -> Result<Vec<String>, String> {
+    let t = s.trim();
+    if t.starts_with('[') {
+        return serde_json::from_str::<Vec<String>>(t)
+            .map_err(|e| format!("{s:?} is not a JSON list of strings: {e}"));
+    }
+    Ok(t.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(String::from)
+        .collect())
+}
+
+/// Seconds, fractions allowed, more than 0.
+fn parse_secs(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v < 1e9 => Ok(v),
+        _ => Err(format!("{s:?} is not a number of seconds > 0")),
+    }
 }
 
 pub fn run(args: ServeArgs) -> ExitCode {
@@ -45,12 +139,46 @@ pub fn run(args: ServeArgs) -> ExitCode {
 
 fn serve_blocking(args: ServeArgs) -> Result<()> {
     let mut prepared = prepare_engine(&args.model, &args.scheduler)?;
-    prepared.config.max_waiting_requests = Some(args.max_waiting_requests);
+    let config = &mut prepared.config;
+    config.max_waiting_requests = Some(args.max_waiting_requests);
+    let kv_tokens = config
+        .scheduler
+        .num_gpu_blocks
+        .saturating_mul(config.scheduler.block_size);
+    config.limits = RequestLimits {
+        max_stop_strings: args.max_stop_strings,
+        max_stop_string_bytes: args.max_stop_string_bytes,
+        max_logit_bias: args.max_logit_bias,
+        // A backlog many times what the cache holds at once only makes
+        // every client behind it wait; refuse early instead.
+        max_waiting_tokens: Some(
+            args.max_waiting_tokens
+                .unwrap_or_else(|| kv_tokens.saturating_mul(16).max(1)),
+        ),
+        max_stream_buffer_bytes: args.max_stream_buffer_bytes,
+    };
     let model_name = args
         .served_model_name
         .clone()
         .unwrap_or_else(|| prepared.model_name.clone());
     let max_model_len = prepared.config.scheduler.max_model_len;
+    let tls = match (&args.ssl_certfile, &args.ssl_keyfile) {
+        (Some(cert_file), Some(key_file)) => Some(TlsFiles {
+            cert_file: cert_file.clone(),
+            key_file: key_file.clone(),
+        }),
+        _ => None,
+    };
+    if let Some(files) = &tls {
+        // Fail before the model loads into the engine thread.
+        sluice_server::tls::acceptor(files)?;
+    }
+    let cors = Cors {
+        allowed_origins: args.allowed_origins.clone().unwrap_or_default(),
+        allowed_methods: args.allowed_methods.clone().unwrap_or_default(),
+        allowed_headers: args.allowed_headers.clone().unwrap_or_default(),
+    };
+    cors.layer()?;
     let engine = prepared.start()?;
     // The HTTP side only parses, validates and forwards: two worker threads
     // are plenty, and the model's kernel threads keep the cores.
@@ -65,21 +193,67 @@ fn serve_blocking(args: ServeArgs) -> Result<()> {
             .await
             .with_context(|| format!("--host/--port: cannot listen on {addr}"))?;
         let local = listener.local_addr().unwrap_or(addr);
+        let scheme = if tls.is_some() { "https" } else { "http" };
         eprintln!(
-            "sluice: serving {model_name:?} on http://{local} (max_model_len {max_model_len})"
+            "sluice: serving {model_name:?} on {scheme}://{local} (max_model_len {max_model_len}, \
+             pid {})",
+            std::process::id()
         );
-        let config = ServerConfig {
-            addr: local,
-            model_name,
-            max_model_len,
-            shutdown_grace: Duration::from_secs(args.shutdown_grace_secs),
+        let keys: Vec<String> = args
+            .api_keys
+            .iter()
+            .filter(|k| !k.is_empty())
+            .cloned()
+            .collect();
+        if keys.is_empty() && !local.ip().is_loopback() {
+            eprintln!(
+                "sluice: warning: listening on {} without an API key: anyone who can reach this \
+                 address can use the model (set --api-key or VLLM_API_KEY, or --host 127.0.0.1)",
+                local.ip()
+            );
+        }
+        let secs = Duration::from_secs_f64;
+        let mut config = ServerConfig::new(local, model_name, max_model_len);
+        config.shutdown_grace = Duration::from_secs(args.shutdown_grace_secs);
+        config.timeouts = Timeouts {
+            keep_alive: secs(args.timeout_keep_alive),
+            header_read: secs(args.timeout_header_read),
+            body_read: secs(args.timeout_body_read),
+            write_stall: secs(args.timeout_write_stall),
         };
-        let result = serve(engine, config, listener, async {
+        config.max_request_body_bytes = args.max_request_body_bytes;
+        config.max_sequences_per_request = args.max_sequences_per_request;
+        config.api_keys = keys;
+        config.cors = cors;
+        config.tls = tls;
+        let grace = args.shutdown_grace_secs;
+        let result = serve(engine, config, listener, async move {
             shutdown_signal().await;
-            eprintln!("sluice: shutting down (finishing requests in flight)");
+            eprintln!(
+                "sluice: shutting down (requests in flight get {grace} s, then every connection \
+                 closes)"
+            );
         })
         .await;
         eprintln!("sluice: stopped");
         result
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lists_parse_as_json_or_comma_separated() {
+        assert_eq!(parse_list(r#"["*"]"#).unwrap(), vec!["*"]);
+        assert_eq!(
+            parse_list("https://a.example, https://b.example").unwrap(),
+            vec!["https://a.example", "https://b.example"]
+        );
+        assert!(parse_list("[1]").is_err());
+        assert_eq!(parse_secs("0.5"), Ok(0.5));
+        assert!(parse_secs("0").is_err());
+        assert!(parse_secs("inf").is_err());
+    }
 }

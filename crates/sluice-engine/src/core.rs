@@ -19,6 +19,7 @@ use crate::executor::Executor;
 use crate::output::CompletionText;
 use crate::request::{Finished, RequestOutput, StopReason};
 use crate::stats::{EngineStats, FinishedRequestStats, StatsCollector};
+use crate::stream::output_cost;
 use sluice_core::{
     FinishReason, ModelRunnerOutput, NewRequest, RequestId, RequestStatus, SampleLogprobs,
     Scheduler, SchedulerOutput, StopReason as CoreStopReason,
@@ -40,6 +41,8 @@ const STALL_WAIT: Duration = Duration::from_millis(5);
 struct Parent {
     request_id: String,
     sender: UnboundedSender<RequestOutput>,
+    /// Output bytes sent and not yet read by the caller.
+    buffered: Arc<AtomicUsize>,
     /// Child ids by completion index.
     children: Vec<RequestId>,
     num_unfinished: usize,
@@ -53,6 +56,9 @@ struct Child {
     num_prompt_tokens: usize,
     num_output_tokens: usize,
     num_cached_tokens: usize,
+    /// Prompt + `max_tokens`: what it holds of `Shared::waiting_tokens`
+    /// until it is first scheduled.
+    queued_tokens: usize,
     arrival: Instant,
     first_scheduled: Option<Instant>,
     last_token: Option<Instant>,
@@ -115,14 +121,18 @@ impl EngineCore {
             config.scheduler.max_model_len,
         );
         let (stopped, _) = watch::channel(false);
+        let vocab_size = executor
+            .vocab_size()
+            .map_or(tokenizer.vocab_size(), |v| v.min(tokenizer.vocab_size()));
         let shared = Arc::new(Shared {
-            vocab_size: executor.vocab_size(),
+            vocab_size,
             config,
             tokenizer: tokenizer.clone(),
             accepting: AtomicBool::new(true),
             alive: AtomicBool::new(true),
             num_waiting: AtomicUsize::new(0),
             num_pending: AtomicUsize::new(0),
+            waiting_tokens: AtomicUsize::new(0),
             next_seq: AtomicU64::new(0),
             live_ids: Mutex::new(HashSet::new()),
             stats: Mutex::new(stats.snapshot()),
@@ -249,8 +259,13 @@ impl EngineCore {
     fn add_request(&mut self, req: PendingRequest) {
         let n = req.params.n;
         self.shared.num_pending.fetch_sub(n, Ordering::SeqCst);
+        let queued_tokens = req
+            .prompt_token_ids
+            .len()
+            .saturating_add(req.params.max_tokens);
         if self.shutdown == Some(ShutdownMode::Abort) {
             // Accepted just before the shutdown: never started.
+            self.release_queued_tokens(queued_tokens.saturating_mul(n));
             self.shared.release_id(&req.request_id);
             send_finished(&req.sender, n, FinishReason::Abort, None);
             return;
@@ -276,7 +291,8 @@ impl EngineCore {
                 }
             }
             let wants_prompt_logprobs = params.prompt_logprobs.is_some();
-            let text = CompletionText::new(&req.prompt_token_ids, &params);
+            let text =
+                CompletionText::with_stops(&req.prompt_token_ids, &params, req.stops.clone());
             let new = NewRequest {
                 id: child_id.clone(),
                 prompt_token_ids: req.prompt_token_ids.clone(),
@@ -291,6 +307,10 @@ impl EngineCore {
                 // fail the whole request rather than run half of it.
                 self.scheduler
                     .finish_requests(&children, RequestStatus::FinishedError);
+                for id in &children {
+                    self.children.remove(id);
+                }
+                self.release_queued_tokens(queued_tokens.saturating_mul(n));
                 self.shared.release_id(&req.request_id);
                 send_finished(&req.sender, n, FinishReason::Error, Some(e.to_string()));
                 return;
@@ -304,6 +324,7 @@ impl EngineCore {
                     num_prompt_tokens: req.prompt_token_ids.len(),
                     num_output_tokens: 0,
                     num_cached_tokens: 0,
+                    queued_tokens,
                     arrival: req.arrival,
                     first_scheduled: None,
                     last_token: None,
@@ -318,6 +339,7 @@ impl EngineCore {
             Parent {
                 request_id: req.request_id,
                 sender: req.sender,
+                buffered: req.buffered,
                 children,
                 num_unfinished: n,
             },
@@ -328,12 +350,17 @@ impl EngineCore {
         let sched_out = self.scheduler.schedule();
         self.stalled = sched_out.is_empty() && sched_out.finished_req_ids.is_empty();
         let now = Instant::now();
+        let mut started_tokens = 0usize;
         for new in &sched_out.scheduled_new_reqs {
             if let Some(c) = self.children.get_mut(&new.req_id) {
-                c.first_scheduled.get_or_insert(now);
+                if c.first_scheduled.is_none() {
+                    c.first_scheduled = Some(now);
+                    started_tokens += std::mem::take(&mut c.queued_tokens);
+                }
                 c.num_cached_tokens = c.num_cached_tokens.max(new.num_computed_tokens);
             }
         }
+        self.release_queued_tokens(started_tokens);
         let runner_out = match self.executor.execute(&sched_out) {
             Ok(out) => out,
             Err(e) => {
@@ -435,15 +462,32 @@ impl EngineCore {
             }),
         };
         let parent_seq = child.parent;
-        let delivered = self
-            .parents
-            .get(&parent_seq)
-            .is_some_and(|p| p.sender.send(output).is_ok());
+        let cost = output_cost(&output);
+        let limit = self.shared.config.limits.max_stream_buffer_bytes;
+        let (delivered, overflowed) = match self.parents.get(&parent_seq) {
+            Some(p) => {
+                let sent = p.sender.send(output).is_ok();
+                let buffered = p.buffered.fetch_add(cost, Ordering::AcqRel) + cost;
+                (sent, sent && buffered > limit)
+            }
+            None => (false, false),
+        };
         if let Some((reason, _)) = finished {
             self.finish_child(&out.req_id, reason);
         }
         if !delivered {
             // The caller is gone (its stream's abort is on its way too).
+            self.abort_parent(parent_seq, FinishReason::Abort, None);
+        } else if overflowed && self.parents.contains_key(&parent_seq) {
+            // The caller stopped reading: generating on would only grow
+            // memory, and its blocks serve others better.
+            if let Some(p) = self.parents.get(&parent_seq) {
+                eprintln!(
+                    "sluice: aborting request {}: its client has not read {limit} bytes of \
+                     output (--max-stream-buffer-bytes)",
+                    p.request_id
+                );
+            }
             self.abort_parent(parent_seq, FinishReason::Abort, None);
         }
     }
@@ -463,6 +507,7 @@ impl EngineCore {
             FinishReason::Error | FinishReason::Repetition => RequestStatus::FinishedError,
         };
         self.scheduler.finish_requests(&[child_id], status);
+        self.release_queued_tokens(child.queued_tokens);
         self.stats.record_finished(FinishedRequestStats {
             reason,
             queue_time: child.first_scheduled.map(|t| t - child.arrival),
@@ -523,6 +568,19 @@ impl EngineCore {
         let seqs: Vec<u64> = self.parents.keys().copied().collect();
         for seq in seqs {
             self.abort_parent(seq, reason, error.clone());
+        }
+    }
+
+    /// Tokens of completions that started (or ended unstarted) leave the
+    /// waiting-token bound.
+    fn release_queued_tokens(&self, tokens: usize) {
+        if tokens > 0 {
+            let _ =
+                self.shared
+                    .waiting_tokens
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+                        Some(w.saturating_sub(tokens))
+                    });
         }
     }
 

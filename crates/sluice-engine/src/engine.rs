@@ -10,8 +10,10 @@
 use crate::core::EngineCore;
 use crate::error::EngineError;
 use crate::executor::Executor;
+use crate::limits::{check_token_ids, queued_tokens, RequestLimits};
 use crate::request::{GenerateRequest, RequestOutput};
 use crate::stats::EngineStats;
+use crate::stop::StopStrings;
 use crate::stream::RequestStream;
 use sluice_core::{FieldError, SamplingParams, SchedulerConfig, TokenId};
 use sluice_model::tokenizer::Tokenizer;
@@ -41,6 +43,8 @@ pub struct EngineConfig {
     /// Further EOS ids (a generation config's list): added to each
     /// request's `stop_token_ids` unless it sets `ignore_eos`.
     pub extra_eos_token_ids: Vec<TokenId>,
+    /// Bounds on what one request may ask for and on the queue.
+    pub limits: RequestLimits,
 }
 
 impl EngineConfig {
@@ -51,6 +55,7 @@ impl EngineConfig {
             max_logprobs: 20,
             eos_token_id: None,
             extra_eos_token_ids: Vec::new(),
+            limits: RequestLimits::default(),
         }
     }
 
@@ -97,6 +102,10 @@ pub(crate) struct PendingRequest {
     pub cache_salt: Option<String>,
     pub arrival: Instant,
     pub sender: tokio::sync::mpsc::UnboundedSender<RequestOutput>,
+    /// `params.stop` compiled (on the caller's thread, not the engine's).
+    pub stops: Arc<StopStrings>,
+    /// Output bytes sent on `sender` and not yet read by the stream.
+    pub buffered: Arc<AtomicUsize>,
 }
 
 /// State shared by the handles and the engine thread. The hot path (one
@@ -104,7 +113,9 @@ pub(crate) struct PendingRequest {
 pub(crate) struct Shared {
     pub config: EngineConfig,
     pub tokenizer: Arc<Tokenizer>,
-    pub vocab_size: Option<usize>,
+    /// Token ids valid everywhere: below both the model's and the
+    /// tokenizer's vocabulary.
+    pub vocab_size: usize,
     pub accepting: AtomicBool,
     pub alive: AtomicBool,
     /// Scheduler requests waiting, as of the last step.
@@ -112,6 +123,9 @@ pub(crate) struct Shared {
     /// Scheduler requests accepted by `generate` but not yet taken by the
     /// engine thread.
     pub num_pending: AtomicUsize,
+    /// Prompt + `max_tokens` tokens of the completions not started yet
+    /// (pending or waiting, never scheduled).
+    pub waiting_tokens: AtomicUsize,
     pub next_seq: AtomicU64,
     /// Caller ids of live requests (duplicates are refused).
     pub live_ids: Mutex<HashSet<String>>,
@@ -235,6 +249,22 @@ impl Engine {
                 return Err(EngineError::Overloaded { num_waiting, limit });
             }
         }
+        let tokens = queued_tokens(request.prompt_token_ids.len(), &params);
+        if let Some(limit) = shared.config.limits.max_waiting_tokens {
+            let waiting_tokens = shared.waiting_tokens.load(Ordering::SeqCst);
+            if waiting_tokens.saturating_add(tokens) > limit {
+                return Err(EngineError::OverloadedTokens {
+                    waiting_tokens,
+                    limit,
+                });
+            }
+        }
+        // Compiled here, on the caller's thread: a long stop list costs the
+        // caller, not every request the engine loop serves.
+        let stops = Arc::new(StopStrings::new(
+            &params.stop,
+            params.include_stop_str_in_output,
+        ));
         let seq = shared.next_seq.fetch_add(1, Ordering::SeqCst);
         let request_id = match request.request_id {
             Some(id) => id,
@@ -251,7 +281,9 @@ impl Engine {
         }
         let (sender, rx) = tokio::sync::mpsc::unbounded_channel();
         let num_prompt_tokens = request.prompt_token_ids.len();
+        let buffered = Arc::new(AtomicUsize::new(0));
         shared.num_pending.fetch_add(n, Ordering::SeqCst);
+        shared.waiting_tokens.fetch_add(tokens, Ordering::SeqCst);
         let pending = PendingRequest {
             seq,
             request_id: request_id.clone(),
@@ -261,6 +293,8 @@ impl Engine {
             cache_salt: request.cache_salt,
             arrival: Instant::now(),
             sender,
+            stops,
+            buffered: buffered.clone(),
         };
         if self
             .inner
@@ -269,6 +303,7 @@ impl Engine {
             .is_err()
         {
             shared.num_pending.fetch_sub(n, Ordering::SeqCst);
+            shared.waiting_tokens.fetch_sub(tokens, Ordering::SeqCst);
             shared.release_id(&request_id);
             return Err(EngineError::Dead);
         }
@@ -279,6 +314,7 @@ impl Engine {
             n,
             rx,
             self.inner.commands.clone(),
+            buffered,
         ))
     }
 
@@ -302,6 +338,18 @@ impl Engine {
 
     pub fn tokenizer(&self) -> &Arc<Tokenizer> {
         &self.inner.shared.tokenizer
+    }
+
+    /// Token ids below this are valid everywhere (the model embeds them,
+    /// the tokenizer decodes them).
+    pub fn vocab_size(&self) -> usize {
+        self.inner.shared.vocab_size
+    }
+
+    /// The vocabulary check every endpoint shares: each id below
+    /// `vocab_size()`, else an error naming `field` and the position.
+    pub fn check_token_ids(&self, field: &'static str, ids: &[TokenId]) -> Result<(), FieldError> {
+        check_token_ids(field, ids.iter().copied(), self.vocab_size())
     }
 
     /// The configuration in force (`scheduler.num_gpu_blocks` is the
@@ -375,18 +423,20 @@ fn validate(shared: &Shared, request: &GenerateRequest) -> Result<SamplingParams
             ),
         );
     }
-    if let Some(vocab) = shared.vocab_size {
-        if let Some((i, &t)) = prompt
-            .iter()
-            .enumerate()
-            .find(|(_, &t)| t as usize >= vocab)
-        {
-            return bad(
-                "prompt",
-                format!("token id {t} at position {i} is outside the vocabulary (size {vocab})"),
-            );
-        }
-    }
+    let vocab = shared.vocab_size;
+    check_token_ids("prompt", prompt.iter().copied(), vocab)?;
+    // The user's stop ids, not the model's EOS ids added to them above.
+    check_token_ids(
+        "stop_token_ids",
+        request.sampling_params.stop_token_ids.iter().copied(),
+        vocab,
+    )?;
+    check_token_ids(
+        "logit_bias",
+        params.logit_bias.iter().map(|&(id, _)| id),
+        vocab,
+    )?;
+    config.limits.check(&params)?;
     if params.max_tokens == 0 {
         return bad("max_tokens", "must be at least 1".into());
     }

@@ -15,6 +15,10 @@ pub enum EngineError {
     /// The waiting queue is past `EngineConfig::max_waiting_requests`
     /// (HTTP 503 with `Retry-After`).
     Overloaded { num_waiting: usize, limit: usize },
+    /// The requests not started yet already hold
+    /// `RequestLimits::max_waiting_tokens` prompt + output tokens (HTTP 503
+    /// with `Retry-After`).
+    OverloadedTokens { waiting_tokens: usize, limit: usize },
     /// The engine is shutting down and accepts nothing new (HTTP 503).
     ShuttingDown,
     /// The engine thread is gone (it panicked or was shut down) (HTTP 500).
@@ -44,6 +48,14 @@ impl fmt::Display for EngineError {
             EngineError::Overloaded { num_waiting, limit } => write!(
                 f,
                 "the server is overloaded: {num_waiting} requests are waiting (limit {limit}); retry later"
+            ),
+            EngineError::OverloadedTokens {
+                waiting_tokens,
+                limit,
+            } => write!(
+                f,
+                "the server is overloaded: the waiting requests hold {waiting_tokens} prompt and \
+                 output tokens (limit {limit}, --max-waiting-tokens); retry later"
             ),
             EngineError::ShuttingDown => f.write_str("the engine is shutting down"),
             EngineError::Dead => f.write_str("the engine has stopped"),

@@ -37,6 +37,7 @@ pub mod detokenizer;
 pub mod engine;
 pub mod error;
 pub mod executor;
+pub mod limits;
 pub mod output;
 pub mod request;
 pub mod stats;
@@ -47,6 +48,7 @@ pub use crate::core::EngineCore;
 pub use engine::{Engine, EngineConfig, ShutdownMode};
 pub use error::EngineError;
 pub use executor::{Executor, KvCacheSize, ModelExecutor, ScriptedExecutor, SeqView};
+pub use limits::RequestLimits;
 pub use request::{Finished, GenerateRequest, RequestOutput, StopReason, Usage};
 pub use sluice_core::{
     FieldError, FinishReason, SampleLogprobs, SamplingParams, SchedulerConfig, SchedulingPolicy,

@@ -6,9 +6,10 @@
 //! `include_stop_str_in_output`; nothing after a stop string is ever sent.
 
 use crate::detokenizer::IncrementalDetokenizer;
-use crate::stop::StopStrings;
+use crate::stop::{StopState, StopStrings};
 use sluice_core::{SamplingParams, TokenId};
 use sluice_model::tokenizer::Tokenizer;
+use std::sync::Arc;
 
 /// What one step's tokens produced.
 #[derive(Debug, Default, PartialEq)]
@@ -26,7 +27,10 @@ pub struct StepText {
 #[derive(Debug)]
 pub struct CompletionText {
     detokenizer: IncrementalDetokenizer,
-    stops: StopStrings,
+    /// Shared by the request's `n` completions; compiled on the caller's
+    /// thread.
+    stops: Arc<StopStrings>,
+    stop_state: StopState,
     min_tokens: usize,
     include_stop_str_in_output: bool,
     /// Text so far (after any cut).
@@ -37,10 +41,22 @@ pub struct CompletionText {
 }
 
 impl CompletionText {
+    /// Compiles the stop strings itself (see `with_stops` to share them).
     pub fn new(prompt_token_ids: &[TokenId], params: &SamplingParams) -> Self {
+        let stops = StopStrings::new(&params.stop, params.include_stop_str_in_output);
+        Self::with_stops(prompt_token_ids, params, Arc::new(stops))
+    }
+
+    /// `stops` must be `params.stop` compiled.
+    pub fn with_stops(
+        prompt_token_ids: &[TokenId],
+        params: &SamplingParams,
+        stops: Arc<StopStrings>,
+    ) -> Self {
         CompletionText {
             detokenizer: IncrementalDetokenizer::new(prompt_token_ids, params.skip_special_tokens),
-            stops: StopStrings::new(&params.stop, params.include_stop_str_in_output),
+            stop_state: stops.start(),
+            stops,
             min_tokens: params.min_tokens,
             include_stop_str_in_output: params.include_stop_str_in_output,
             text: String::new(),
@@ -76,8 +92,13 @@ impl CompletionText {
             let before = self.text.len();
             let piece = self.detokenizer.push(tokenizer, token);
             self.text.push_str(&piece);
-            if self.num_tokens > self.min_tokens && !self.stops.is_empty() {
-                if let Some(m) = self.stops.find(&self.text, before) {
+            if !self.stops.is_empty() {
+                // Text within min_tokens moves the automaton but cannot stop.
+                let report = self.num_tokens > self.min_tokens;
+                if let Some(m) = self
+                    .stops
+                    .feed(&mut self.stop_state, &self.text, before, report)
+                {
                     self.text.truncate(m.truncate_to);
                     out.stop_string = Some(m.stop);
                     break;
@@ -92,7 +113,7 @@ impl CompletionText {
         let end = if done {
             self.text.len()
         } else {
-            self.text.len() - self.stops.holdback(&self.text)
+            self.text.len() - self.stops.holdback(self.stop_state)
         };
         if end > self.sent {
             out.text = self.text[self.sent..end].to_string();

@@ -13,7 +13,9 @@ use crate::engine::Command;
 use crate::request::{Finished, RequestOutput, Usage};
 use sluice_core::FinishReason;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use tokio::sync::mpsc::UnboundedReceiver;
 
@@ -29,6 +31,24 @@ pub struct RequestStream {
     finished: Vec<bool>,
     num_finished: usize,
     usage: Usage,
+    /// Bytes sent by the engine and not yet taken from `rx` (the engine
+    /// aborts the request past its limit: a reader that stopped reading).
+    buffered: Arc<AtomicUsize>,
+}
+
+/// What an output costs while it waits in a stream's channel, roughly in
+/// bytes: its text, token ids and logprobs, plus the envelope.
+pub(crate) fn output_cost(out: &RequestOutput) -> usize {
+    let logprobs: usize = out
+        .logprobs
+        .iter()
+        .map(|l| 16 + 8 * l.top.len())
+        .sum::<usize>()
+        + out
+            .prompt_logprobs
+            .as_ref()
+            .map_or(0, |p| p.iter().map(|l| 16 + 8 * l.top.len()).sum());
+    64 + out.text.len() + 4 * out.token_ids.len() + logprobs
 }
 
 impl std::fmt::Debug for RequestStream {
@@ -49,6 +69,7 @@ impl RequestStream {
         n: usize,
         rx: UnboundedReceiver<RequestOutput>,
         commands: Sender<Command>,
+        buffered: Arc<AtomicUsize>,
     ) -> Self {
         RequestStream {
             request_id,
@@ -62,6 +83,7 @@ impl RequestStream {
                 prompt_tokens: num_prompt_tokens,
                 ..Usage::default()
             },
+            buffered,
         }
     }
 
@@ -129,7 +151,16 @@ impl RequestStream {
     /// error output for the next unfinished completion.
     fn observe(&mut self, out: Option<RequestOutput>) -> Option<RequestOutput> {
         let out = match out {
-            Some(out) => out,
+            Some(out) => {
+                let cost = output_cost(&out);
+                // Saturating: the engine's final outputs are not counted.
+                let _ = self
+                    .buffered
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |b| {
+                        Some(b.saturating_sub(cost))
+                    });
+                out
+            }
             None => {
                 let index = self.finished.iter().position(|f| !f)?;
                 RequestOutput {

@@ -150,14 +150,22 @@ impl RequestSampler {
         let top_k = usize::try_from(p.top_k).ok().filter(|&k| k > 1);
         let top_p = (p.top_p < 1.0).then_some(f64::from(p.top_p));
         let min_ratio = if p.min_p > 0.0 { p.min_p.min(1.0) } else { 0.0 };
-        let mut logit_bias: Vec<(u32, f32)> = Vec::with_capacity(p.logit_bias.len());
-        for &(id, b) in &p.logit_bias {
-            match logit_bias.iter_mut().find(|e| e.0 == id) {
-                Some(e) => e.1 = b,
-                None => logit_bias.push((id, b)),
+        // Sorted by id, the last bias of a repeated id winning: a stable
+        // sort keeps repeats in input order, then each run keeps its last.
+        // O(k log k), where a search per entry was O(k^2) on the engine
+        // thread.
+        let mut logit_bias: Vec<(u32, f32)> = p.logit_bias.clone();
+        logit_bias.sort_by_key(|e| e.0);
+        let mut kept = 0;
+        for i in 0..logit_bias.len() {
+            if kept > 0 && logit_bias[kept - 1].0 == logit_bias[i].0 {
+                logit_bias[kept - 1] = logit_bias[i];
+            } else {
+                logit_bias[kept] = logit_bias[i];
+                kept += 1;
             }
         }
-        logit_bias.sort_unstable_by_key(|e| e.0);
+        logit_bias.truncate(kept);
         let penalties = Penalties::new(
             p.repetition_penalty,
             p.frequency_penalty,

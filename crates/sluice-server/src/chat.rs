@@ -10,7 +10,9 @@ use crate::protocol::{
 };
 use crate::sse;
 use crate::state::{unix_now, AppState};
-use crate::submit::{add_usage, finish_fields, stop_reason_json, submit, usage_json, Event};
+use crate::submit::{
+    add_usage, check_sequences, finish_fields, stop_reason_json, submit, usage_json, Event,
+};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -60,7 +62,8 @@ pub async fn chat_completions(
     State(state): State<AppState>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let req: ChatCompletionRequest = crate::json::parse(&body)?;
+    let mut req: ChatCompletionRequest = crate::json::parse(&body)?;
+    req.sampling = crate::json::parse(&body)?;
     state.check_model(req.model.as_deref())?;
     if req.tools.as_ref().is_some_and(|t| !t.is_null()) {
         return Err(ApiError::invalid("tools", "tool calling is not supported"));
@@ -111,6 +114,7 @@ pub async fn chat_completions(
         state.inner.max_model_len,
     )?;
     let top_n = usize::try_from(top_n).unwrap_or(0);
+    check_sequences(&state, 1, sp.n)?;
     let id = state.new_id("chatcmpl");
     let n = sp.n;
     let events = submit(

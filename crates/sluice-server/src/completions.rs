@@ -8,7 +8,9 @@ use crate::protocol::{
 };
 use crate::sse;
 use crate::state::{unix_now, AppState};
-use crate::submit::{add_usage, finish_fields, stop_reason_json, submit, usage_json, Event};
+use crate::submit::{
+    add_usage, check_sequences, finish_fields, stop_reason_json, submit, usage_json, Event,
+};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
@@ -35,7 +37,8 @@ fn prompts(state: &AppState, input: PromptInput) -> Result<Vec<Vec<u32>>, ApiErr
 }
 
 pub async fn completions(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
-    let req: CompletionRequest = crate::json::parse(&body)?;
+    let mut req: CompletionRequest = crate::json::parse(&body)?;
+    req.sampling = crate::json::parse(&body)?;
     state.check_model(req.model.as_deref())?;
     if req.suffix.is_some() {
         return Err(ApiError::invalid("suffix", "suffix is not supported"));
@@ -68,6 +71,7 @@ pub async fn completions(State(state): State<AppState>, body: Bytes) -> Result<R
     if prompts.iter().any(Vec::is_empty) {
         return Err(ApiError::invalid("prompt", "the prompt is empty"));
     }
+    check_sequences(&state, prompts.len(), sp.n)?;
     let id = state.new_id("cmpl");
     let n = sp.n;
     let echo_text: Vec<String> = if echo {

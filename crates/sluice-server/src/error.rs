@@ -64,6 +64,18 @@ impl ApiError {
         }
     }
 
+    /// 404 for a `model` this server does not serve (vLLM's status and
+    /// `NotFoundError` type, so OpenAI clients raise `NotFoundError`).
+    pub fn model_not_found(model: &str, served: &str) -> Self {
+        ApiError {
+            status: StatusCode::NOT_FOUND,
+            message: format!("The model `{model}` does not exist. This server serves `{served}`."),
+            kind: "NotFoundError",
+            param: Some("model".into()),
+            retry_after: None,
+        }
+    }
+
     /// 503 with `Retry-After`: the engine's waiting queue is full.
     pub fn overloaded(message: impl Into<String>, retry_after: u64) -> Self {
         ApiError {
@@ -72,6 +84,50 @@ impl ApiError {
             kind: "service_unavailable",
             param: None,
             retry_after: Some(retry_after),
+        }
+    }
+
+    /// 401: the API key is missing or wrong.
+    pub fn unauthorized() -> Self {
+        ApiError {
+            status: StatusCode::UNAUTHORIZED,
+            message: "Invalid or missing API key: send it as `Authorization: Bearer <key>`.".into(),
+            kind: "authentication_error",
+            param: None,
+            retry_after: None,
+        }
+    }
+
+    /// 405: the route exists, not with this method.
+    pub fn method_not_allowed(method: &str, path: &str) -> Self {
+        ApiError {
+            status: StatusCode::METHOD_NOT_ALLOWED,
+            message: format!("Method {method} is not allowed on {path}."),
+            kind: "invalid_request_error",
+            param: None,
+            retry_after: None,
+        }
+    }
+
+    /// 408: the request body did not arrive in time.
+    pub fn request_timeout(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::REQUEST_TIMEOUT,
+            message: message.into(),
+            kind: "invalid_request_error",
+            param: None,
+            retry_after: None,
+        }
+    }
+
+    /// 413: the request body is larger than the server accepts.
+    pub fn too_large(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            message: message.into(),
+            kind: "invalid_request_error",
+            param: None,
+            retry_after: None,
         }
     }
 

@@ -8,9 +8,17 @@
 //! Routes: `POST /v1/completions`, `POST /v1/chat/completions`,
 //! `GET /v1/models`, `GET /health`, `GET /ready`, `GET /version`,
 //! `POST /tokenize`, `POST /detokenize`, `GET /metrics`.
+//!
+//! Layers, outermost first: CORS (`access.rs`, off unless configured), the
+//! API key check (`access.rs`), the whole-body read with its size and time
+//! limits (`body.rs`), then the router. Connections, their timeouts and
+//! shutdown are `conn.rs`'s.
 
+pub mod access;
+pub mod body;
 pub mod chat;
 pub mod completions;
+pub mod conn;
 pub mod error;
 pub mod json;
 pub mod logprobs;
@@ -21,31 +29,23 @@ pub mod protocol;
 pub mod sse;
 pub mod state;
 pub mod submit;
+pub mod tls;
 
+use access::{ApiKeys, Cors};
+use axum::extract::DefaultBodyLimit;
+use axum::http::{Method, Uri};
 use axum::routing::{get, post};
 use axum::Router;
+use body::BodyLimits;
+use conn::{Phase, Timeouts};
 use sluice_engine::{Engine, ShutdownMode};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
+use tokio::task::JoinSet;
 
 pub use state::AppState;
-
-/// The HTTP application for `state`.
-pub fn router(state: AppState) -> Router {
-    Router::new()
-        .route("/v1/completions", post(completions::completions))
-        .route("/v1/chat/completions", post(chat::chat_completions))
-        .route("/v1/models", get(misc::models))
-        .route("/health", get(misc::health))
-        .route("/ready", get(misc::ready))
-        .route("/version", get(misc::version))
-        .route("/tokenize", post(misc::tokenize))
-        .route("/detokenize", post(misc::detokenize))
-        .route("/metrics", get(misc::metrics))
-        .fallback(|| async { error::ApiError::not_found("path", "no such route") })
-        .with_state(state)
-}
+pub use tls::TlsFiles;
 
 /// Server settings.
 #[derive(Clone, Debug)]
@@ -57,40 +57,156 @@ pub struct ServerConfig {
     /// On shutdown, how long requests in flight may run before they are
     /// aborted.
     pub shutdown_grace: Duration,
+    pub timeouts: Timeouts,
+    /// Largest request body accepted (413 beyond).
+    pub max_request_body_bytes: usize,
+    /// Accepted API keys; empty: no authentication.
+    pub api_keys: Vec<String>,
+    pub cors: Cors,
+    /// Serve HTTPS with these files.
+    pub tls: Option<TlsFiles>,
+    /// Most sequences (prompts × `n`) one HTTP request may start.
+    pub max_sequences_per_request: usize,
+}
+
+impl ServerConfig {
+    /// The defaults: no key, no CORS, no TLS, vLLM-like timeouts.
+    pub fn new(addr: SocketAddr, model_name: impl Into<String>, max_model_len: usize) -> Self {
+        ServerConfig {
+            addr,
+            model_name: model_name.into(),
+            max_model_len,
+            shutdown_grace: Duration::from_secs(30),
+            timeouts: Timeouts::default(),
+            max_request_body_bytes: DEFAULT_MAX_REQUEST_BODY_BYTES,
+            api_keys: Vec::new(),
+            cors: Cors::default(),
+            tls: None,
+            max_sequences_per_request: DEFAULT_MAX_SEQUENCES_PER_REQUEST,
+        }
+    }
+}
+
+/// 32 MiB: a prompt of 128k token ids as JSON is about 1 MiB.
+pub const DEFAULT_MAX_REQUEST_BODY_BYTES: usize = 32 << 20;
+/// Prompts × `n` per request: `n` alone may be 128, as in vLLM.
+pub const DEFAULT_MAX_SEQUENCES_PER_REQUEST: usize = 256;
+
+/// After the grace period, how long aborted streams get to send their last
+/// chunk before every connection is closed.
+const CLOSE_AFTER_ABORT: Duration = Duration::from_millis(500);
+
+/// The HTTP application for `state`, with its middleware.
+pub fn router(state: AppState, config: &ServerConfig) -> anyhow::Result<Router> {
+    let body_limits = BodyLimits {
+        max_bytes: config.max_request_body_bytes,
+        timeout: config.timeouts.body_read,
+    };
+    let app = Router::new()
+        .route("/v1/completions", post(completions::completions))
+        .route("/v1/chat/completions", post(chat::chat_completions))
+        .route("/v1/models", get(misc::models))
+        .route("/health", get(misc::health))
+        .route("/ready", get(misc::ready))
+        .route("/version", get(misc::version))
+        .route("/tokenize", post(misc::tokenize))
+        .route("/detokenize", post(misc::detokenize))
+        .route("/metrics", get(misc::metrics))
+        .fallback(|uri: Uri| async move {
+            error::ApiError::not_found("path", format!("no route {}", uri.path()))
+        })
+        .method_not_allowed_fallback(|method: Method, uri: Uri| async move {
+            error::ApiError::method_not_allowed(method.as_str(), uri.path())
+        })
+        .with_state(state)
+        // body.rs enforces the size limit itself, with an OpenAI error.
+        .layer(DefaultBodyLimit::disable())
+        .layer(axum::middleware::from_fn_with_state(
+            body_limits,
+            body::read_whole_body,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            ApiKeys::new(&config.api_keys),
+            access::require_api_key,
+        ));
+    Ok(match config.cors.layer()? {
+        Some(cors) => app.layer(cors),
+        None => app,
+    })
 }
 
 /// Serves until `shutdown` resolves, then stops accepting connections and
 /// requests, lets requests in flight finish for up to `shutdown_grace`,
-/// aborts the rest, and stops the engine.
+/// aborts the rest, closes every connection (stalled or not) and stops the
+/// engine. Returns within about `shutdown_grace` + 1 s of the signal.
 pub async fn serve(
     engine: Engine,
     config: ServerConfig,
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let state = AppState::new(
-        engine.clone(),
-        config.model_name.clone(),
-        config.max_model_len,
-    );
-    let app = router(state);
-    let drain_engine = engine.clone();
-    let grace = config.shutdown_grace;
-    let signal = async move {
-        shutdown.await;
-        // New requests get 503 from here on; streams in flight keep going,
-        // so their connections (which axum now waits for) can finish.
-        tokio::spawn(async move {
-            let drain = drain_engine.shutdown(ShutdownMode::Drain);
-            if tokio::time::timeout(grace, drain).await.is_err() {
-                drain_engine.shutdown(ShutdownMode::Abort).await;
-            }
-        });
-    };
-    axum::serve(listener, app)
-        .with_graceful_shutdown(signal)
-        .await?;
-    engine.shutdown(ShutdownMode::Abort).await;
+    let tls = config.tls.as_ref().map(tls::acceptor).transpose()?;
+    let state = AppState::new(engine.clone(), &config);
+    let app = router(state, &config)?;
+    let timeouts = config.timeouts;
+    let (phase, phase_rx) = tokio::sync::watch::channel(Phase::Running);
+    let mut connections = JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((socket, _peer)) => {
+                    // Each SSE event is one small write: without this,
+                    // Nagle's algorithm holds it for the client's delayed
+                    // ACK (~40 ms).
+                    let _ = socket.set_nodelay(true);
+                    let (app, phase_rx, tls) = (app.clone(), phase_rx.clone(), tls.clone());
+                    connections.spawn(async move {
+                        match tls {
+                            None => conn::serve_connection(socket, app, timeouts, phase_rx).await,
+                            Some(tls) => {
+                                let handshake = tokio::time::timeout(
+                                    timeouts.header_read,
+                                    tls.accept(socket),
+                                );
+                                if let Ok(Ok(stream)) = handshake.await {
+                                    conn::serve_connection(stream, app, timeouts, phase_rx).await;
+                                }
+                            }
+                        }
+                    });
+                }
+                Err(e) => {
+                    // Out of file descriptors, usually: back off instead of
+                    // spinning; connections closing will free some.
+                    eprintln!("sluice: accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+    drop(listener);
+    let _ = phase.send(Phase::Draining);
+    // New requests get 503 from here on; requests in flight keep going for
+    // the grace period, then are aborted (their streams end with `abort`).
+    let deadline = tokio::time::Instant::now() + config.shutdown_grace;
+    if tokio::time::timeout_at(deadline, engine.shutdown(ShutdownMode::Drain))
+        .await
+        .is_err()
+    {
+        engine.shutdown(ShutdownMode::Abort).await;
+    }
+    // Responses still being written get the rest of the grace period (at
+    // least a moment, for the last chunk of an aborted stream).
+    let flushed = async { while connections.join_next().await.is_some() {} };
+    let close_at = deadline.max(tokio::time::Instant::now() + CLOSE_AFTER_ABORT);
+    let _ = tokio::time::timeout_at(close_at, flushed).await;
+    let _ = phase.send(Phase::Closing);
+    // Whatever is left (a client that reads nothing, a half-sent body) is
+    // dropped with its socket.
+    connections.shutdown().await;
     Ok(())
 }
 

@@ -95,18 +95,11 @@ pub async fn detokenize(
     let req: DetokenizeRequest = crate::json::parse(&body)?;
     state.check_model(req.model.as_deref())?;
     let tok = state.engine().tokenizer();
-    let vocab = tok.vocab_size();
-    if let Some((i, t)) = req
-        .tokens
-        .iter()
-        .enumerate()
-        .find(|(_, &t)| t as usize >= vocab)
-    {
-        return Err(ApiError::invalid(
-            format!("tokens[{i}]"),
-            format!("token id {t} is outside the vocabulary ({vocab})"),
-        ));
-    }
+    // The same vocabulary check as prompts get.
+    state
+        .engine()
+        .check_token_ids("tokens", &req.tokens)
+        .map_err(|e| ApiError::invalid(e.field, e.to_string()))?;
     let prompt = tok
         .decode(&req.tokens, false)
         .map_err(|e| ApiError::invalid("tokens", format!("cannot detokenize: {e}")))?;

@@ -88,7 +88,10 @@ pub struct CompletionRequest {
     pub prompt_logprobs: Option<i64>,
     pub echo: Option<bool>,
     pub suffix: Option<String>,
-    #[serde(flatten)]
+    /// Parsed from the same body separately (`json::parse_request`): with
+    /// `#[serde(flatten)]`, serde would lose the name of a field whose type
+    /// is wrong.
+    #[serde(skip)]
     pub sampling: SamplingFields,
 }
 
@@ -126,7 +129,10 @@ pub struct ChatCompletionRequest {
     pub add_generation_prompt: Option<bool>,
     pub tools: Option<serde_json::Value>,
     pub response_format: Option<serde_json::Value>,
-    #[serde(flatten)]
+    /// Parsed from the same body separately (`json::parse_request`): with
+    /// `#[serde(flatten)]`, serde would lose the name of a field whose type
+    /// is wrong.
+    #[serde(skip)]
     pub sampling: SamplingFields,
 }
 

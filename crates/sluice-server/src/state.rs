@@ -16,6 +16,8 @@ pub struct Inner {
     /// The name clients pass as `model`.
     pub model_name: String,
     pub max_model_len: usize,
+    /// Most sequences (prompts × `n`) one request may start.
+    pub max_sequences_per_request: usize,
     /// Unix time the server started (the model card's `created`).
     pub started: u64,
     next_id: AtomicU64,
@@ -28,12 +30,13 @@ pub fn unix_now() -> u64 {
 }
 
 impl AppState {
-    pub fn new(engine: Engine, model_name: String, max_model_len: usize) -> Self {
+    pub fn new(engine: Engine, config: &crate::ServerConfig) -> Self {
         AppState {
             inner: Arc::new(Inner {
                 engine,
-                model_name,
-                max_model_len,
+                model_name: config.model_name.clone(),
+                max_model_len: config.max_model_len,
+                max_sequences_per_request: config.max_sequences_per_request,
                 started: unix_now(),
                 next_id: AtomicU64::new(0),
             }),
@@ -50,17 +53,14 @@ impl AppState {
         format!("{prefix}-{:x}{n:06x}", self.inner.started)
     }
 
-    /// Checks the request's `model` against the served one.
+    /// Checks the request's `model` against the served one: 404, as vLLM.
     pub fn check_model(&self, model: Option<&str>) -> Result<(), crate::error::ApiError> {
         match model {
             None => Ok(()),
             Some(m) if m == self.inner.model_name => Ok(()),
-            Some(m) => Err(crate::error::ApiError::invalid(
-                "model",
-                format!(
-                    "The model `{m}` does not exist; this server serves `{}`.",
-                    self.inner.model_name
-                ),
+            Some(m) => Err(crate::error::ApiError::model_not_found(
+                m,
+                &self.inner.model_name,
             )),
         }
     }

@@ -7,16 +7,36 @@
 //! frees its KV blocks at once).
 
 use crate::error::ApiError;
+use crate::state::AppState;
 use futures::stream::{self, BoxStream, StreamExt};
 use sluice_engine::{Engine, EngineError, GenerateRequest, RequestOutput, SamplingParams, Usage};
 
 pub fn engine_error(e: EngineError) -> ApiError {
     match e {
         EngineError::Invalid(f) => ApiError::invalid(f.field, f.to_string()),
-        EngineError::Overloaded { .. } => ApiError::overloaded(e.to_string(), 1),
+        EngineError::Overloaded { .. } | EngineError::OverloadedTokens { .. } => {
+            ApiError::overloaded(e.to_string(), 1)
+        }
         EngineError::ShuttingDown => ApiError::overloaded(e.to_string(), 5),
         EngineError::Dead => ApiError::internal(e.to_string()),
     }
+}
+
+/// Refuses a request that would start more sequences (prompts × `n`) than
+/// one request may.
+pub fn check_sequences(state: &AppState, num_prompts: usize, n: usize) -> Result<(), ApiError> {
+    let max = state.inner.max_sequences_per_request;
+    let total = num_prompts.saturating_mul(n);
+    if total > max {
+        return Err(ApiError::invalid(
+            if num_prompts > 1 { "prompt" } else { "n" },
+            format!(
+                "this request would start {num_prompts} prompt(s) × n = {n}, {total} sequences; at \
+                 most {max} are accepted per request (--max-sequences-per-request)"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// What a merged response stream yields.

@@ -214,7 +214,6 @@ async fn bad_input_gets_openai_errors_with_the_right_status() {
             400,
             Some("max_tokens"),
         ),
-        (json!({"model": "nope", "prompt": "Hi"}), 400, Some("model")),
         (
             json!({"prompt": "Hi", "temperature": -1}),
             400,
@@ -239,6 +238,14 @@ async fn bad_input_gets_openai_errors_with_the_right_status() {
             .as_str()
             .is_some_and(|m| !m.is_empty()));
     }
+    // An unknown model is 404 NotFoundError, as vLLM answers.
+    let r = s
+        .post("/v1/completions", json!({"model": "nope", "prompt": "Hi"}))
+        .await;
+    assert_eq!(r.status(), 404);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["type"], "NotFoundError", "{v}");
+    assert_eq!(v["error"]["param"], "model", "{v}");
     let r = reqwest::Client::new()
         .post(format!("{}/v1/completions", s.base()))
         .header("content-type", "application/json")

@@ -3,13 +3,37 @@
 //! time (after an optional delay per step, to keep requests in flight).
 #![allow(dead_code)]
 
-use sluice_engine::{Engine, EngineConfig, SchedulerConfig, ScriptedExecutor, SeqView, Tokenizer};
+use sluice_engine::{
+    Engine, EngineConfig, RequestLimits, SchedulerConfig, ScriptedExecutor, SeqView, Tokenizer,
+};
 use sluice_server::{serve, ServerConfig};
 use std::sync::Arc;
 use std::time::Duration;
 
 pub const TEXT: &str = "The quick brown fox jumps over the lazy dog. ";
 pub const MAX_MODEL_LEN: usize = 256;
+
+/// How to build a test server; `Default` is a plain one.
+pub struct Options {
+    pub model_name: String,
+    pub max_waiting: Option<usize>,
+    pub step_delay: Duration,
+    pub limits: RequestLimits,
+    /// Adjusts the server configuration (keys, timeouts, TLS, ...).
+    pub configure: Box<dyn FnOnce(&mut ServerConfig) + Send>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            model_name: "test-model".into(),
+            max_waiting: None,
+            step_delay: Duration::ZERO,
+            limits: RequestLimits::default(),
+            configure: Box::new(|_| {}),
+        }
+    }
+}
 
 pub struct TestServer {
     pub addr: std::net::SocketAddr,
@@ -24,6 +48,17 @@ impl TestServer {
         max_waiting: Option<usize>,
         step_delay: Duration,
     ) -> TestServer {
+        TestServer::start_with(Options {
+            model_name: model_name.into(),
+            max_waiting,
+            step_delay,
+            ..Options::default()
+        })
+        .await
+    }
+
+    pub async fn start_with(opts: Options) -> TestServer {
+        let step_delay = opts.step_delay;
         let script = move |s: &SeqView<'_>| {
             if !step_delay.is_zero() {
                 std::thread::sleep(step_delay);
@@ -38,7 +73,8 @@ impl TestServer {
             ..SchedulerConfig::default()
         };
         let mut cfg = EngineConfig::new(sched).with_model_eos(&tokenizer, &[256]);
-        cfg.max_waiting_requests = max_waiting;
+        cfg.max_waiting_requests = opts.max_waiting;
+        cfg.limits = opts.limits;
         let executor = ScriptedExecutor::new(512, script).with_vocab_size(384);
         let engine = Engine::start(cfg, Box::new(executor), tokenizer).expect("engine starts");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -46,12 +82,9 @@ impl TestServer {
             .expect("bind");
         let addr = listener.local_addr().expect("addr");
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let config = ServerConfig {
-            addr,
-            model_name: model_name.into(),
-            max_model_len: MAX_MODEL_LEN,
-            shutdown_grace: Duration::from_secs(5),
-        };
+        let mut config = ServerConfig::new(addr, opts.model_name, MAX_MODEL_LEN);
+        config.shutdown_grace = Duration::from_secs(5);
+        (opts.configure)(&mut config);
         let task = tokio::spawn(serve(engine.clone(), config, listener, async {
             let _ = rx.await;
         }));
@@ -67,11 +100,27 @@ impl TestServer {
         format!("http://{}", self.addr)
     }
 
-    /// Stops the server (graceful shutdown) and waits for it.
-    pub async fn shutdown(mut self) {
+    /// Signals shutdown without waiting for it.
+    pub fn signal_shutdown(&mut self) {
         if let Some(tx) = self.stop.take() {
             let _ = tx.send(());
         }
+    }
+
+    /// Stops the server (graceful shutdown) and waits for it.
+    pub async fn shutdown(mut self) {
+        self.signal_shutdown();
         self.task.await.expect("server task").expect("server ran");
+    }
+
+    /// Signals shutdown and waits for the server to return, failing the
+    /// test if it does not within `bound` (a hang detector, far above the
+    /// expected time).
+    pub async fn shutdown_within(mut self, bound: Duration) {
+        self.signal_shutdown();
+        match tokio::time::timeout(bound, self.task).await {
+            Ok(joined) => joined.expect("server task").expect("server ran"),
+            Err(_) => panic!("the server did not stop within {bound:?} of the shutdown signal"),
+        }
     }
 }

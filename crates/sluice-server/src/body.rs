@@ -1,0 +1,64 @@
+//! Request bodies are read whole, bounded in size and time, before any
+//! handler runs: a client that sends its body slowly (or never) gets 408,
+//! one that sends too much gets 413, and neither holds a handler or memory
+//! beyond the limits. Handlers then take the body as `Bytes`.
+
+use crate::error::ApiError;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use std::time::Duration;
+
+/// Limits on one request body.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BodyLimits {
+    pub max_bytes: usize,
+    /// From the end of the headers to the end of the body.
+    pub timeout: Duration,
+}
+
+/// Middleware: replaces the streaming body with the whole body, or answers
+/// 408 / 413 / 400.
+pub async fn read_whole_body(
+    State(limits): State<BodyLimits>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let (parts, body) = req.into_parts();
+    let declared = parts
+        .headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limits.max_bytes as u64) {
+        return too_large(limits.max_bytes).into_response();
+    }
+    let collect = Limited::new(body, limits.max_bytes).collect();
+    let bytes = match tokio::time::timeout(limits.timeout, collect).await {
+        Err(_) => {
+            return ApiError::request_timeout(format!(
+                "the request body did not arrive within {} s (--timeout-body-read)",
+                limits.timeout.as_secs_f64()
+            ))
+            .into_response()
+        }
+        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
+            return too_large(limits.max_bytes).into_response()
+        }
+        Ok(Err(e)) => {
+            return ApiError::bad_request(format!("cannot read the request body: {e}"))
+                .into_response()
+        }
+        Ok(Ok(collected)) => collected.to_bytes(),
+    };
+    next.run(Request::from_parts(parts, Body::from(bytes)))
+        .await
+}
+
+fn too_large(max: usize) -> ApiError {
+    ApiError::too_large(format!(
+        "the request body is larger than {max} bytes (--max-request-body-bytes)"
+    ))
+}
