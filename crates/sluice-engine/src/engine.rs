@@ -251,6 +251,16 @@ impl Engine {
         }
         let tokens = queued_tokens(request.prompt_token_ids.len(), &params);
         if let Some(limit) = shared.config.limits.max_waiting_tokens {
+            if tokens > limit {
+                // Waiting would never help: refuse it for good, not 503.
+                return Err(EngineError::Invalid(FieldError::new(
+                    "max_tokens",
+                    format!(
+                        "the request asks for {tokens} tokens ((prompt + max_tokens) × n), more \
+                         than the server queues at once ({limit}, --max-waiting-tokens)"
+                    ),
+                )));
+            }
             let waiting_tokens = shared.waiting_tokens.load(Ordering::SeqCst);
             if waiting_tokens.saturating_add(tokens) > limit {
                 return Err(EngineError::OverloadedTokens {

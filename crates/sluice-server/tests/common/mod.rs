@@ -19,6 +19,7 @@ pub struct Options {
     pub max_waiting: Option<usize>,
     pub step_delay: Duration,
     pub limits: RequestLimits,
+    pub max_num_seqs: usize,
     /// Adjusts the server configuration (keys, timeouts, TLS, ...).
     pub configure: Box<dyn FnOnce(&mut ServerConfig) + Send>,
 }
@@ -30,6 +31,7 @@ impl Default for Options {
             max_waiting: None,
             step_delay: Duration::ZERO,
             limits: RequestLimits::default(),
+            max_num_seqs: 16,
             configure: Box::new(|_| {}),
         }
     }
@@ -69,7 +71,7 @@ impl TestServer {
         let sched = SchedulerConfig {
             max_model_len: MAX_MODEL_LEN,
             max_num_batched_tokens: 512,
-            max_num_seqs: 16,
+            max_num_seqs: opts.max_num_seqs,
             ..SchedulerConfig::default()
         };
         let mut cfg = EngineConfig::new(sched).with_model_eos(&tokenizer, &[256]);
