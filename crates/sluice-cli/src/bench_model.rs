@@ -14,6 +14,7 @@
 //!
 //! The readable table goes to stderr, one JSON object to stdout.
 
+use crate::exit::{bad_config, config_error, exit_code};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use sluice_core::{NewRequest, SamplingParams, Scheduler, SchedulerConfig};
@@ -63,7 +64,7 @@ pub fn run(args: BenchModelArgs) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("sluice bench-model: {e:#}");
-            ExitCode::FAILURE
+            exit_code(&e)
         }
     }
 }
@@ -175,36 +176,68 @@ fn peak_rss_bytes() -> Option<u64> {
 }
 
 fn bench(args: &BenchModelArgs) -> Result<()> {
-    let dtype: DType = args.dtype.parse().map_err(anyhow::Error::msg)?;
+    let dtype: DType = args
+        .dtype
+        .parse()
+        .map_err(|e| bad_config(format!("--dtype: {e}")))?;
     if dtype == DType::Auto {
-        bail!("--dtype must be bf16 or f32");
+        return Err(bad_config("--dtype must be bf16 or f32"));
     }
     if args.repeats == 0 || args.prompt_len == 0 || args.output_len == 0 {
-        bail!("--repeats, --prompt-len and --output-len must be at least 1");
+        return Err(bad_config(
+            "--repeats, --prompt-len and --output-len must be at least 1",
+        ));
     }
     if args.concurrency.contains(&0) {
-        bail!("--concurrency levels must be at least 1");
+        return Err(bad_config("--concurrency levels must be at least 1"));
     }
+    if args.block_size == 0 {
+        return Err(bad_config("--block-size must be at least 1"));
+    }
+    // The KV pool holds every request at its full length; its size comes
+    // from four flags, so overflow is a configuration error too.
+    let max_conc = args.concurrency.iter().copied().max().unwrap_or(1);
+    let kv_flags = "--concurrency, --prompt-len, --output-len, --block-size";
+    let sizes = args
+        .prompt_len
+        .checked_add(args.output_len)
+        .and_then(|seq_len| {
+            let num_blocks = max_conc
+                .checked_mul(seq_len.div_ceil(args.block_size))?
+                .checked_add(1)?;
+            Some((seq_len, num_blocks))
+        });
+    let Some((seq_len, num_blocks)) = sizes else {
+        return Err(bad_config(format!(
+            "{kv_flags}: the KV cache size overflows"
+        )));
+    };
     sluice_model::kernels::set_num_threads(args.threads);
-    let (mut config, mut generation) = builtin::config(&args.model)?;
+    let (mut config, mut generation) = builtin::config(&args.model)
+        .context("--model")
+        .map_err(config_error)?;
     config.vocab_size = args.vocab_size;
     // A smaller vocabulary may cut off the EOS ids; the benchmark ignores
     // EOS anyway.
     let in_vocab = |id: &u32| (*id as usize) < args.vocab_size;
     config.eos_token_ids.retain(in_vocab);
     generation.eos_token_ids.retain(in_vocab);
-    config.validate().context("--vocab-size")?;
+    config
+        .validate()
+        .context("--vocab-size")
+        .map_err(config_error)?;
+    // Before the weights are generated (seconds): a KV cache that cannot
+    // fit is known from the shape alone.
+    let kv = KvCacheConfig::new(args.block_size, num_blocks);
+    kv.check(&config).context(kv_flags).map_err(config_error)?;
     let t0 = Instant::now();
     let loaded = load_dummy(config, generation, dtype, args.seed)?;
     let load_s = t0.elapsed().as_secs_f64();
 
-    let max_conc = args.concurrency.iter().copied().max().unwrap_or(1);
-    let seq_len = args.prompt_len + args.output_len;
-    let max_model_len = seq_len + 1;
-    let blocks_per_seq = seq_len.div_ceil(args.block_size);
-    let num_blocks = max_conc * blocks_per_seq + 1;
-    let kv = KvCacheConfig::new(args.block_size, num_blocks);
-    let runner = ModelRunner::new(&loaded, kv)?;
+    let max_model_len = seq_len.saturating_add(1);
+    let runner = ModelRunner::new(&loaded, kv)
+        .context(kv_flags)
+        .map_err(config_error)?;
     let sched_config = SchedulerConfig {
         block_size: args.block_size,
         num_gpu_blocks: num_blocks,

@@ -6,12 +6,13 @@
 //! as one workload. `--json` prints one JSON object per prompt, in input
 //! order, when all are done; otherwise text is streamed to stdout.
 
+use crate::exit::{bad_config, exit_code};
 use crate::options::{flag_error, prepare_engine, ModelArgs, SchedulerArgs};
 use anyhow::{bail, Result};
 use clap::Args;
 use serde_json::json;
 use sluice_core::SamplingParams;
-use sluice_engine::{GenerateRequest, RequestStream, ShutdownMode};
+use sluice_engine::{EngineError, GenerateRequest, RequestStream, ShutdownMode};
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -170,7 +171,7 @@ pub fn run(args: GenerateArgs) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            exit_code(&e)
         }
     }
 }
@@ -178,7 +179,9 @@ pub fn run(args: GenerateArgs) -> ExitCode {
 fn generate(args: GenerateArgs) -> Result<()> {
     let prompts = prompts_in_order(&args);
     if prompts.is_empty() {
-        bail!("no prompt: give --prompt TEXT or --prompt-ids 1,2,3 (each repeatable)");
+        return Err(bad_config(
+            "no prompt: give --prompt TEXT or --prompt-ids 1,2,3 (each repeatable)",
+        ));
     }
     let prepared = prepare_engine(&args.model, &args.scheduler)?;
     let tokenizer = prepared.tokenizer.clone();
@@ -223,7 +226,14 @@ fn generate(args: GenerateArgs) -> Result<()> {
         };
         let stream = engine
             .generate(GenerateRequest::new(ids.clone(), params))
-            .map_err(|e| anyhow::anyhow!("prompt {}: {}", i + 1, flag_error(&e)))?;
+            .map_err(|e| {
+                let message = format!("prompt {}: {}", i + 1, flag_error(&e));
+                // A refused request is a bad flag value (--max-tokens, ...).
+                match e {
+                    EngineError::Invalid(_) => bad_config(message),
+                    _ => anyhow::anyhow!(message),
+                }
+            })?;
         jobs.push((ids, stream));
     }
 

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 mod bench;
 mod bench_model;
+mod exit;
 mod generate;
 mod hub;
 mod options;

@@ -7,7 +7,8 @@
 //! with no `--model` the built-in tiny model (dummy weights, byte-level
 //! tokenizer) is used and a line on stderr says so.
 
-use anyhow::{bail, Context, Result};
+use crate::exit::{bad_config, config_error};
+use anyhow::{Context, Result};
 use clap::Args;
 use sluice_core::{HashAlgo, SchedulerConfig, SchedulingPolicy};
 use sluice_engine::{Engine, EngineConfig, KvCacheSize, ModelExecutor, Tokenizer};
@@ -144,9 +145,16 @@ pub struct PreparedEngine {
 }
 
 impl PreparedEngine {
+    /// Starts the engine thread; a configuration the engine refuses is a
+    /// `ConfigError` (exit status 2).
     pub fn start(self) -> Result<Engine> {
-        Engine::start(self.config, Box::new(self.executor), self.tokenizer)
-            .map_err(|e| anyhow::anyhow!(flag_error(&e)))
+        Engine::start(self.config, Box::new(self.executor), self.tokenizer).map_err(|e| {
+            let message = flag_error(&e);
+            match e {
+                sluice_engine::EngineError::Invalid(_) => bad_config(message),
+                _ => anyhow::anyhow!(message),
+            }
+        })
     }
 }
 
@@ -239,10 +247,10 @@ pub fn prepare_engine(model: &ModelArgs, sched: &SchedulerArgs) -> Result<Prepar
         .max_model_len
         .unwrap_or(loaded.config.max_position_embeddings);
     if max_model_len > loaded.config.max_position_embeddings {
-        bail!(
+        return Err(bad_config(format!(
             "--max-model-len: {max_model_len} is larger than the model's max_position_embeddings ({})",
             loaded.config.max_position_embeddings
-        );
+        )));
     }
     let max_num_batched_tokens =
         sched
@@ -253,14 +261,22 @@ pub fn prepare_engine(model: &ModelArgs, sched: &SchedulerArgs) -> Result<Prepar
                 max_model_len.max(8192)
             });
     if sched.block_size == 0 {
-        bail!("--block-size: must be at least 1");
+        return Err(bad_config("--block-size: must be at least 1"));
     }
     let kv_size = match sched.num_gpu_blocks_override {
         Some(n) => KvCacheSize::Blocks(n),
         None => KvCacheSize::Bytes(model.kv_cache_memory),
     };
+    // The flag that sized the cache, so that a cache that cannot fit reads
+    // `--kv-cache-memory: 100 GiB requested for the KV cache, but only ...`
+    // (and exits 2, a configuration error).
+    let kv_flag = match sched.num_gpu_blocks_override {
+        Some(n) => format!("--num-gpu-blocks-override {n}"),
+        None => "--kv-cache-memory".to_string(),
+    };
     let executor = ModelExecutor::new(&loaded, sched.block_size, kv_size, model.model_seed)
-        .context("--kv-cache-memory / --num-gpu-blocks-override")?;
+        .context(kv_flag)
+        .map_err(config_error)?;
     let scheduler = SchedulerConfig {
         max_num_seqs: sched.max_num_seqs,
         max_num_batched_tokens,

@@ -1,11 +1,14 @@
 //! `sluice replay TRACE.json [-o LOG.jsonl]` and `sluice replay --bench`.
+//!
+//! A trace is read whole, but never more than `MAX_TRACE_BYTES`: the path
+//! may name a pipe or a device (`/dev/zero`) that never ends.
 
 use clap::Args;
-use sluice_core::replay::{Replayer, StepTiming};
-use sluice_core::trace::Trace;
+use sluice_core::replay::{ReplayError, Replayer, StepTiming};
+use sluice_core::trace::{Trace, MAX_TRACE_BYTES};
 use std::fs::File;
-use std::io::{BufWriter, Write};
-use std::path::PathBuf;
+use std::io::{BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Args)]
@@ -34,11 +37,46 @@ pub struct ReplayArgs {
 /// Exit status for a malformed trace (as the trace spec requires).
 const BAD_INPUT: u8 = 2;
 
+/// The trace's text: at most `MAX_TRACE_BYTES`, UTF-8. Errors name the file.
+fn read_trace(path: &Path) -> Result<String, String> {
+    let shown = path.display();
+    let too_large = || {
+        format!(
+            "{shown}: larger than {} MiB, the limit of a trace",
+            MAX_TRACE_BYTES >> 20
+        )
+    };
+    let file = File::open(path).map_err(|e| format!("cannot read {shown}: {e}"))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("cannot read {shown}: {e}"))?;
+    if meta.is_dir() {
+        return Err(format!("cannot read {shown}: it is a directory"));
+    }
+    // A regular file's length is known: refuse a huge one before reading.
+    // Anything else (a pipe, a device) reports no useful length and is read
+    // as a stream, up to one byte past the limit.
+    let mut text = Vec::new();
+    if meta.is_file() {
+        if meta.len() > MAX_TRACE_BYTES as u64 {
+            return Err(too_large());
+        }
+        text.reserve_exact(meta.len() as usize);
+    }
+    file.take(MAX_TRACE_BYTES as u64 + 1)
+        .read_to_end(&mut text)
+        .map_err(|e| format!("cannot read {shown}: {e}"))?;
+    if text.len() > MAX_TRACE_BYTES {
+        return Err(too_large());
+    }
+    String::from_utf8(text).map_err(|e| format!("{shown}: not UTF-8 text: {e}"))
+}
+
 pub fn run(args: ReplayArgs) -> ExitCode {
-    let text = match std::fs::read_to_string(&args.trace) {
+    let text = match read_trace(&args.trace) {
         Ok(t) => t,
         Err(e) => {
-            eprintln!("sluice replay: cannot read {}: {e}", args.trace.display());
+            eprintln!("sluice replay: {e}");
             return ExitCode::from(BAD_INPUT);
         }
     };
@@ -58,7 +96,13 @@ pub fn run(args: ReplayArgs) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("sluice replay: {e}");
-            ExitCode::FAILURE
+            // A trace the parser accepted but the scheduler refused is still
+            // bad input; a failed write (a closed pipe, a full disk) is not.
+            if e.is::<ReplayError>() {
+                ExitCode::from(BAD_INPUT)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }

@@ -1,5 +1,6 @@
 //! `sluice serve`: the OpenAI-compatible HTTP server.
 
+use crate::exit::{config_error, exit_code};
 use crate::options::{parse_size, prepare_engine, ModelArgs, SchedulerArgs};
 use anyhow::{Context, Result};
 use clap::Args;
@@ -29,7 +30,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "NAME")]
     served_model_name: Option<String>,
     /// Require `Authorization: Bearer KEY` on /v1/* and the tokenizer
-    /// endpoints (repeat for several keys; also read from VLLM_API_KEY).
+    /// endpoints (several keys: `--api-key K1 K2` as vLLM, or repeat the
+    /// flag; without it, VLLM_API_KEY is read).
     /// /health, /ready, /metrics and /version stay open.
     #[arg(
         long = "api-key",
@@ -85,8 +87,9 @@ pub struct ServeArgs {
     /// Most sequences (prompts × n) one request may start (400 beyond).
     #[arg(long, value_name = "N", default_value_t = sluice_server::DEFAULT_MAX_SEQUENCES_PER_REQUEST)]
     max_sequences_per_request: usize,
-    /// Most stop strings one request may give (400 beyond).
-    #[arg(long, value_name = "N", default_value_t = RequestLimits::default().max_stop_strings)]
+    /// Most stop strings one request may give (400 beyond). 4 is vLLM's
+    /// VLLM_MAX_STOP_STRINGS default and OpenAI's limit.
+    #[arg(long, value_name = "N", default_value_t = 4)]
     max_stop_strings: usize,
     /// Longest stop string accepted, in bytes (400 beyond).
     #[arg(long, value_name = "BYTES", default_value_t = RequestLimits::default().max_stop_string_bytes)]
@@ -132,7 +135,7 @@ pub fn run(args: ServeArgs) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("sluice serve: {e:#}");
-            ExitCode::FAILURE
+            exit_code(&e)
         }
     }
 }
@@ -171,14 +174,14 @@ fn serve_blocking(args: ServeArgs) -> Result<()> {
     };
     if let Some(files) = &tls {
         // Fail before the model loads into the engine thread.
-        sluice_server::tls::acceptor(files)?;
+        sluice_server::tls::acceptor(files).map_err(config_error)?;
     }
     let cors = Cors {
         allowed_origins: args.allowed_origins.clone().unwrap_or_default(),
         allowed_methods: args.allowed_methods.clone().unwrap_or_default(),
         allowed_headers: args.allowed_headers.clone().unwrap_or_default(),
     };
-    cors.layer()?;
+    cors.layer().map_err(config_error)?;
     let engine = prepared.start()?;
     // The HTTP side only parses, validates and forwards: two worker threads
     // are plenty, and the model's kernel threads keep the cores.
@@ -193,12 +196,6 @@ fn serve_blocking(args: ServeArgs) -> Result<()> {
             .await
             .with_context(|| format!("--host/--port: cannot listen on {addr}"))?;
         let local = listener.local_addr().unwrap_or(addr);
-        let scheme = if tls.is_some() { "https" } else { "http" };
-        eprintln!(
-            "sluice: serving {model_name:?} on {scheme}://{local} (max_model_len {max_model_len}, \
-             pid {})",
-            std::process::id()
-        );
         let keys: Vec<String> = args
             .api_keys
             .iter()
@@ -212,6 +209,12 @@ fn serve_blocking(args: ServeArgs) -> Result<()> {
                 local.ip()
             );
         }
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        eprintln!(
+            "sluice: serving {model_name:?} on {scheme}://{local} (max_model_len {max_model_len}, \
+             pid {})",
+            std::process::id()
+        );
         let secs = Duration::from_secs_f64;
         let mut config = ServerConfig::new(local, model_name, max_model_len);
         config.shutdown_grace = Duration::from_secs(args.shutdown_grace_secs);

@@ -229,3 +229,69 @@ fn bad_flags_fail_with_a_message_naming_the_flag() {
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
 }
+
+/// A KV cache larger than the machine is refused before it is allocated:
+/// one line naming the flag and both sizes, exit status 2 (it used to abort
+/// with "memory allocation of ... bytes failed" and a backtrace).
+#[cfg(target_os = "linux")]
+#[test]
+fn a_kv_cache_that_cannot_fit_exits_2_naming_the_flag() {
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &[
+                "generate",
+                "--prompt",
+                "hi",
+                "--kv-cache-memory",
+                "1048576GiB",
+            ],
+            "error: --kv-cache-memory: 1 PiB requested for the KV cache, but only ",
+        ),
+        (
+            &["serve", "--port", "0", "--kv-cache-memory", "1048576GiB"],
+            "sluice serve: --kv-cache-memory: 1 PiB requested for the KV cache, but only ",
+        ),
+        (
+            &[
+                "generate",
+                "--prompt",
+                "hi",
+                "--num-gpu-blocks-override",
+                "100000000",
+            ],
+            // 10^8 blocks of 16 KiB (the tiny model, 16-token blocks).
+            "error: --num-gpu-blocks-override 100000000: 1.5 TiB requested for the KV cache, \
+             but only ",
+        ),
+        (
+            &[
+                "bench-model",
+                "--concurrency",
+                "100000",
+                "--prompt-len",
+                "100000",
+            ],
+            "sluice bench-model: --concurrency, --prompt-len, --output-len, --block-size: ",
+        ),
+    ];
+    for (args, want) in cases {
+        let (code, out, err) = sluice(args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        let line = err
+            .lines()
+            .find(|l| l.contains("requested for the KV cache"))
+            .unwrap_or_else(|| panic!("{args:?}: {err}"));
+        assert!(line.starts_with(want), "{args:?}: {line}");
+        assert!(
+            line.ends_with(" of memory is available"),
+            "{args:?}: {line}"
+        );
+        assert!(!err.contains("memory allocation"), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(out.is_empty(), "{args:?}: {out}");
+    }
+    // A size that overflows is a configuration error too.
+    let (code, _, err) = sluice(&["bench-model", "--concurrency", "18446744073709551615"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("the KV cache size overflows"), "{err}");
+}

@@ -105,3 +105,110 @@ fn bench_prints_one_json_line_and_writes_timings() {
     assert_eq!(lines[5]["step"], 5);
     assert!(lines[5]["schedule_ns"].as_u64().is_some() && lines[5]["update_ns"].as_u64().is_some());
 }
+
+/// Runs `sluice replay` on a trace whose config (or top level, or first
+/// request) has `field` set to `value`; (exit code, stdout, stderr).
+fn replay_with(section: &str, field: &str, value: &str) -> (Option<i32>, Vec<u8>, String) {
+    let mut trace: serde_json::Value = serde_json::from_str(
+        r#"{"config": {"block_size": 16, "num_gpu_blocks": 8, "max_num_batched_tokens": 64, "max_num_seqs": 2, "max_model_len": 128},
+            "requests": [{"id": "a", "prompt": [1, 2], "output": [3, 4]}]}"#,
+    )
+    .expect("trace");
+    let v: serde_json::Value = serde_json::from_str(value).expect("value");
+    match section {
+        "config" => trace["config"][field] = v,
+        "request" => trace["requests"][0][field] = v,
+        _ => trace[field] = v,
+    }
+    let path = tmp(&format!("huge-{section}-{field}-{value}.trace.json"));
+    std::fs::write(&path, trace.to_string()).expect("write");
+    let out = sluice().arg("replay").arg(&path).output().expect("runs");
+    (
+        out.status.code(),
+        out.stdout,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn huge_sizes_are_refused_naming_the_field_and_exit_2() {
+    let cases = [
+        (
+            "config",
+            "num_gpu_blocks",
+            "2147483648",
+            "config.num_gpu_blocks: must be at most 16777216 (2^24), got 2147483648",
+        ),
+        (
+            "config",
+            "num_gpu_blocks",
+            "9223372036854775808",
+            "config.num_gpu_blocks: must be at most 16777216 (2^24), got 9223372036854775808",
+        ),
+        (
+            "config",
+            "num_gpu_blocks",
+            "100000000",
+            "config.num_gpu_blocks: must be at most 16777216 (2^24), got 100000000",
+        ),
+        (
+            "config",
+            "max_model_len",
+            "1099511627776",
+            "config.max_model_len: must be at most 16777216 (2^24)",
+        ),
+        (
+            "config",
+            "block_size",
+            "4294967296",
+            "config.block_size: must be at most 65536 (2^16)",
+        ),
+        (
+            "top",
+            "max_steps",
+            "9223372036854775808",
+            "max_steps: must be at most 16777216 (2^24)",
+        ),
+        (
+            "request",
+            "max_tokens",
+            "9223372036854775808",
+            "requests[0].max_tokens: must be at most 16777216 (2^24)",
+        ),
+    ];
+    for (section, field, value, want) in cases {
+        let start = std::time::Instant::now();
+        let (code, stdout, err) = replay_with(section, field, value);
+        assert_eq!(code, Some(2), "{field}={value}: {err}");
+        assert!(err.contains(want), "{field}={value}: {err}");
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+        assert!(stdout.is_empty());
+        // Refused up front, not after allocating for it.
+        assert!(
+            start.elapsed().as_secs() < 10,
+            "{field}={value} took {:?}",
+            start.elapsed()
+        );
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn an_endless_file_is_read_only_up_to_the_limit() {
+    let out = sluice()
+        .args(["replay", "/dev/zero"])
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("/dev/zero: larger than 256 MiB, the limit of a trace"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+
+    let out = sluice().arg("replay").arg(traces()).output().expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("it is a directory"), "{err}");
+}

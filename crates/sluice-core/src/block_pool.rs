@@ -8,6 +8,8 @@
 //! receive: see `free_blocks`.
 
 use crate::block_hash::BlockHash;
+use crate::config::{at_most, MAX_NUM_GPU_BLOCKS};
+use crate::error::FieldError;
 use crate::free_queue::FreeBlockQueue;
 use crate::prefix_cache::CachedBlockMap;
 use crate::request::BlockId;
@@ -27,26 +29,53 @@ pub struct BlockPool {
 }
 
 impl BlockPool {
-    /// A pool of `num_blocks` blocks, null block included.
-    pub fn new(num_blocks: usize, enable_caching: bool) -> Self {
-        assert!(
-            num_blocks >= 1,
-            "a block pool needs at least the null block"
-        );
-        BlockPool {
+    /// A pool of `num_blocks` blocks, null block included. Refuses (naming
+    /// `num_gpu_blocks`, the option it comes from) a pool without the null
+    /// block, one past `MAX_NUM_GPU_BLOCKS`, or one whose bookkeeping cannot
+    /// be allocated: everything here is sized up front, so nothing later
+    /// allocates per block.
+    pub fn new(num_blocks: usize, enable_caching: bool) -> Result<Self, FieldError> {
+        const FIELD: &str = "num_gpu_blocks";
+        if num_blocks == 0 {
+            return Err(FieldError::new(
+                FIELD,
+                "a block pool needs at least the null block",
+            ));
+        }
+        at_most(FIELD, num_blocks, MAX_NUM_GPU_BLOCKS)?;
+        let oom = |what: &str, e: std::collections::TryReserveError| {
+            FieldError::new(
+                FIELD,
+                format!("cannot allocate the {what} of {num_blocks} blocks: {e}"),
+            )
+        };
+        let mut ref_cnt = Vec::new();
+        ref_cnt
+            .try_reserve_exact(num_blocks)
+            .map_err(|e| oom("reference counts", e))?;
+        ref_cnt.resize(num_blocks, 0);
+        let mut hash = Vec::new();
+        hash.try_reserve_exact(num_blocks)
+            .map_err(|e| oom("block hashes", e))?;
+        hash.resize(num_blocks, None);
+        // `num_blocks <= MAX_NUM_GPU_BLOCKS`, so the ids fit a `BlockId`.
+        let free = FreeBlockQueue::new(num_blocks, 1..num_blocks as BlockId)
+            .map_err(|m| FieldError::new(FIELD, m))?;
+        let cached = if enable_caching {
+            CachedBlockMap::try_with_capacity(num_blocks).map_err(|m| FieldError::new(FIELD, m))?
+        } else {
+            CachedBlockMap::default()
+        };
+        Ok(BlockPool {
             num_blocks,
             enable_caching,
-            ref_cnt: vec![0; num_blocks],
-            hash: vec![None; num_blocks],
-            free: FreeBlockQueue::new(num_blocks, 1..num_blocks as BlockId),
-            cached: if enable_caching {
-                CachedBlockMap::with_capacity(num_blocks)
-            } else {
-                CachedBlockMap::default()
-            },
+            ref_cnt,
+            hash,
+            free,
+            cached,
             evict_first: Vec::new(),
             evict_last: Vec::new(),
-        }
+        })
     }
 
     pub fn num_blocks(&self) -> usize {
@@ -234,8 +263,16 @@ mod tests {
     }
 
     #[test]
+    fn absurd_pools_are_refused_not_allocated() {
+        for n in [0, MAX_NUM_GPU_BLOCKS + 1, 1 << 31, usize::MAX] {
+            let e = BlockPool::new(n, true).unwrap_err();
+            assert_eq!(e.field, "num_gpu_blocks", "{n}: {e}");
+        }
+    }
+
+    #[test]
     fn null_block_is_reserved() {
-        let p = BlockPool::new(5, false);
+        let p = BlockPool::new(5, false).unwrap();
         assert_eq!(queue(&p), vec![1, 2, 3, 4]);
         assert_eq!(p.num_free_blocks(), 4);
         assert_eq!(p.usage(), 0.0);
@@ -243,7 +280,7 @@ mod tests {
 
     #[test]
     fn without_caching_the_pool_is_a_lifo_stack() {
-        let mut p = BlockPool::new(10, false);
+        let mut p = BlockPool::new(10, false).unwrap();
         let mut a = Vec::new();
         p.get_new_blocks(3, &mut a);
         assert_eq!(a, vec![1, 2, 3]);
@@ -259,7 +296,7 @@ mod tests {
     #[test]
     fn with_caching_hashed_blocks_go_to_the_tail_for_lru() {
         // The design doc's worked example: B = 4, N = 10, a 10-token prompt.
-        let mut p = BlockPool::new(10, true);
+        let mut p = BlockPool::new(10, true).unwrap();
         let mut a = Vec::new();
         p.get_new_blocks(3, &mut a);
         p.cache_full_blocks(&a[..2], &[h(1), h(2)]);
@@ -275,7 +312,7 @@ mod tests {
 
     #[test]
     fn popping_a_cached_free_block_evicts_its_hash() {
-        let mut p = BlockPool::new(3, true);
+        let mut p = BlockPool::new(3, true).unwrap();
         let mut a = Vec::new();
         p.get_new_blocks(2, &mut a);
         p.cache_full_blocks(&a, &[h(1), h(2)]);
@@ -291,7 +328,7 @@ mod tests {
 
     #[test]
     fn shared_blocks_stay_out_of_the_queue_until_the_last_reference() {
-        let mut p = BlockPool::new(4, true);
+        let mut p = BlockPool::new(4, true).unwrap();
         let mut a = Vec::new();
         p.get_new_blocks(1, &mut a);
         p.cache_full_blocks(&a, &[h(9)]);
@@ -305,7 +342,7 @@ mod tests {
 
     #[test]
     fn reset_prefix_cache_needs_an_idle_pool() {
-        let mut p = BlockPool::new(4, true);
+        let mut p = BlockPool::new(4, true).unwrap();
         let mut a = Vec::new();
         p.get_new_blocks(1, &mut a);
         p.cache_full_blocks(&a, &[h(3)]);

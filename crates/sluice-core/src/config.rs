@@ -90,8 +90,43 @@ impl Default for SchedulerConfig {
 /// A rejected configuration: the option's name and what is wrong with it.
 pub type ConfigError = FieldError;
 
+// Upper bounds of the sizes a configuration may name. They are far above any
+// real deployment; they exist so that a typo, a fuzzed trace or a runaway
+// flag is refused with an error naming the field instead of aborting the
+// process on an allocation or overflowing arithmetic.
+
+/// Most blocks in the KV pool (2^24). The block pool allocates its
+/// bookkeeping for every block up front (about 45 bytes per block, plus
+/// the prefix-cache table sized to the pool: at the limit a replay takes
+/// about 0.8 GB resident and 1.4 s to start), and block ids are `u32`.
+/// vLLM deployments use 10^4 to 10^6 blocks.
+pub const MAX_NUM_GPU_BLOCKS: usize = 1 << 24;
+/// Most tokens per KV block (2^16); vLLM's largest is a few hundred.
+pub const MAX_BLOCK_SIZE: usize = 1 << 16;
+/// Longest context (2^24 tokens, above the longest published context
+/// windows). A request reserves room for up to this many token ids.
+pub const MAX_MODEL_LEN: usize = 1 << 24;
+/// Most requests running at once (2^24).
+pub const MAX_NUM_SEQS: usize = 1 << 24;
+/// Largest per-step token budget (2^31). A budget sizes no allocation; the
+/// bound keeps sums of token counts far from overflow.
+pub const MAX_TOKEN_BUDGET: usize = 1 << 31;
+
 fn err(field: &'static str, message: impl Into<String>) -> Result<(), ConfigError> {
     Err(FieldError::new(field, message))
+}
+
+/// `value` above `max`: an error naming `field` and the limit.
+pub(crate) fn at_most(field: &'static str, value: usize, max: usize) -> Result<(), ConfigError> {
+    if value > max {
+        let power = if max.is_power_of_two() {
+            format!(" (2^{})", max.ilog2())
+        } else {
+            String::new()
+        };
+        return err(field, format!("must be at most {max}{power}, got {value}"));
+    }
+    Ok(())
 }
 
 impl SchedulerConfig {
@@ -101,11 +136,13 @@ impl SchedulerConfig {
     }
 
     /// The checks without which the scheduler is undefined (what a trace must
-    /// satisfy).
+    /// satisfy), and the upper bounds (`MAX_*`) past which it cannot be
+    /// allocated.
     pub fn validate_basic(&self) -> Result<(), ConfigError> {
         if self.block_size == 0 {
             return err("block_size", "must be at least 1");
         }
+        at_most("block_size", self.block_size, MAX_BLOCK_SIZE)?;
         if self.num_gpu_blocks < 2 {
             return err(
                 "num_gpu_blocks",
@@ -115,18 +152,39 @@ impl SchedulerConfig {
                 ),
             );
         }
+        at_most("num_gpu_blocks", self.num_gpu_blocks, MAX_NUM_GPU_BLOCKS)?;
         if self.max_num_batched_tokens == 0 {
             return err("max_num_batched_tokens", "must be at least 1");
         }
-        if self.max_num_scheduled_tokens == Some(0) {
-            return err("max_num_scheduled_tokens", "must be at least 1");
+        at_most(
+            "max_num_batched_tokens",
+            self.max_num_batched_tokens,
+            MAX_TOKEN_BUDGET,
+        )?;
+        if let Some(n) = self.max_num_scheduled_tokens {
+            if n == 0 {
+                return err("max_num_scheduled_tokens", "must be at least 1");
+            }
+            at_most("max_num_scheduled_tokens", n, MAX_TOKEN_BUDGET)?;
         }
         if self.max_num_seqs == 0 {
             return err("max_num_seqs", "must be at least 1");
         }
+        at_most("max_num_seqs", self.max_num_seqs, MAX_NUM_SEQS)?;
         if self.max_model_len < 2 {
             return err("max_model_len", "must be at least 2");
         }
+        at_most("max_model_len", self.max_model_len, MAX_MODEL_LEN)?;
+        at_most(
+            "long_prefill_token_threshold",
+            self.long_prefill_token_threshold,
+            MAX_TOKEN_BUDGET,
+        )?;
+        at_most(
+            "num_lookahead_tokens",
+            self.num_lookahead_tokens,
+            MAX_MODEL_LEN,
+        )?;
         if !(0.0..1.0).contains(&self.watermark) {
             return err(
                 "watermark",
@@ -205,6 +263,97 @@ mod tests {
         let e = c.validate_basic().unwrap_err();
         assert_eq!(e.field, "num_gpu_blocks");
         assert!(e.to_string().contains("null block"));
+    }
+
+    #[test]
+    fn absurd_sizes_are_refused_naming_the_field() {
+        let base = SchedulerConfig::default();
+        let cases: [(&str, SchedulerConfig); 8] = [
+            (
+                "num_gpu_blocks",
+                SchedulerConfig {
+                    num_gpu_blocks: MAX_NUM_GPU_BLOCKS + 1,
+                    ..base.clone()
+                },
+            ),
+            (
+                "block_size",
+                SchedulerConfig {
+                    block_size: usize::MAX,
+                    ..base.clone()
+                },
+            ),
+            (
+                "max_model_len",
+                SchedulerConfig {
+                    max_model_len: 1 << 31,
+                    ..base.clone()
+                },
+            ),
+            (
+                "max_num_seqs",
+                SchedulerConfig {
+                    max_num_seqs: 1 << 40,
+                    ..base.clone()
+                },
+            ),
+            (
+                "max_num_batched_tokens",
+                SchedulerConfig {
+                    max_num_batched_tokens: usize::MAX,
+                    ..base.clone()
+                },
+            ),
+            (
+                "max_num_scheduled_tokens",
+                SchedulerConfig {
+                    max_num_scheduled_tokens: Some(usize::MAX),
+                    ..base.clone()
+                },
+            ),
+            (
+                "long_prefill_token_threshold",
+                SchedulerConfig {
+                    long_prefill_token_threshold: usize::MAX,
+                    ..base.clone()
+                },
+            ),
+            (
+                "num_lookahead_tokens",
+                SchedulerConfig {
+                    num_lookahead_tokens: usize::MAX,
+                    ..base.clone()
+                },
+            ),
+        ];
+        for (field, c) in cases {
+            let e = c.validate_basic().unwrap_err();
+            assert_eq!(e.field, field);
+            assert!(e.message.starts_with("must be at most"), "{e}");
+            // Scheduler::new refuses it too, before allocating anything.
+            assert_eq!(crate::Scheduler::new(c).err().map(|e| e.field), Some(field));
+        }
+        let e = SchedulerConfig {
+            num_gpu_blocks: 1 << 31,
+            ..base.clone()
+        }
+        .validate_basic()
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "num_gpu_blocks: must be at most 16777216 (2^24), got 2147483648"
+        );
+        // The limits themselves are accepted.
+        SchedulerConfig {
+            num_gpu_blocks: MAX_NUM_GPU_BLOCKS,
+            block_size: MAX_BLOCK_SIZE,
+            max_model_len: MAX_MODEL_LEN,
+            max_num_seqs: MAX_NUM_SEQS,
+            max_num_batched_tokens: MAX_TOKEN_BUDGET,
+            ..base
+        }
+        .validate_basic()
+        .unwrap();
     }
 
     #[test]

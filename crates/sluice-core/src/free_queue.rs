@@ -22,13 +22,25 @@ pub struct FreeBlockQueue {
 
 impl FreeBlockQueue {
     /// A queue holding `blocks` in the given order; the other ids up to
-    /// `capacity` start unlinked.
-    pub fn new(capacity: usize, blocks: impl IntoIterator<Item = BlockId>) -> Self {
-        let head = capacity as u32;
+    /// `capacity` start unlinked. Fails, instead of aborting, when the two
+    /// link arrays cannot be allocated or `capacity` does not fit the `u32`
+    /// links (the two sentinels take the ids `capacity` and `capacity + 1`).
+    pub fn new(capacity: usize, blocks: impl IntoIterator<Item = BlockId>) -> Result<Self, String> {
+        let head = match u32::try_from(capacity) {
+            Ok(h) if h < NONE - 1 => h,
+            _ => return Err(format!("{capacity} blocks do not fit 32-bit block ids")),
+        };
         let tail = head + 1;
+        let links = || {
+            let mut v = Vec::new();
+            v.try_reserve_exact(capacity + 2)
+                .map_err(|e| format!("cannot allocate the free queue of {capacity} blocks: {e}"))?;
+            v.resize(capacity + 2, NONE);
+            Ok::<_, String>(v)
+        };
         let mut q = FreeBlockQueue {
-            prev: vec![NONE; capacity + 2],
-            next: vec![NONE; capacity + 2],
+            prev: links()?,
+            next: links()?,
             head,
             tail,
             len: 0,
@@ -38,7 +50,7 @@ impl FreeBlockQueue {
         for b in blocks {
             q.push_back(b);
         }
-        q
+        Ok(q)
     }
 
     pub fn len(&self) -> usize {
@@ -169,7 +181,7 @@ mod tests {
 
     #[test]
     fn prepend_keeps_list_order_and_append_goes_to_tail() {
-        let mut q = FreeBlockQueue::new(10, 1..4);
+        let mut q = FreeBlockQueue::new(10, 1..4).unwrap();
         q.prepend_n(&[7, 8]);
         q.append_n(&[9, 5]);
         assert_eq!(q.iter().collect::<Vec<_>>(), vec![7, 8, 1, 2, 3, 9, 5]);
@@ -183,11 +195,17 @@ mod tests {
 
     #[test]
     fn empty_queue_pops_nothing() {
-        let mut q = FreeBlockQueue::new(3, std::iter::empty());
+        let mut q = FreeBlockQueue::new(3, std::iter::empty()).unwrap();
         assert!(q.is_empty());
         assert_eq!(q.pop_front(), None);
         q.push_back(2);
         assert_eq!(q.pop_front(), Some(2));
         q.check_consistency().unwrap();
+    }
+
+    #[test]
+    fn capacities_past_the_u32_links_are_refused() {
+        assert!(FreeBlockQueue::new(u32::MAX as usize - 1, std::iter::empty()).is_err());
+        assert!(FreeBlockQueue::new(usize::MAX, std::iter::empty()).is_err());
     }
 }

@@ -10,6 +10,8 @@
 
 use crate::block_hash::BlockHasher;
 use crate::block_pool::BlockPool;
+use crate::config::{at_most, MAX_BLOCK_SIZE, MAX_MODEL_LEN};
+use crate::error::FieldError;
 use crate::request::{BlockId, Request, RequestStatus};
 use crate::stats::PrefixCacheStats;
 
@@ -36,23 +38,37 @@ fn cdiv(a: usize, b: usize) -> usize {
 }
 
 impl KvCacheManager {
-    /// `hasher` is `Some` exactly when prefix caching is enabled.
+    /// `hasher` is `Some` exactly when prefix caching is enabled. Sizes are
+    /// checked here too (the errors name the `SchedulerConfig` field), not
+    /// only by `SchedulerConfig::validate_basic`, because the pool is
+    /// allocated here: an absurd size is an error, never an abort.
     pub fn new(
         num_blocks: usize,
         block_size: usize,
         max_model_len: usize,
         watermark: f64,
         hasher: Option<BlockHasher>,
-    ) -> Self {
-        KvCacheManager {
-            pool: BlockPool::new(num_blocks, hasher.is_some()),
+    ) -> Result<Self, FieldError> {
+        if block_size == 0 {
+            return Err(FieldError::new("block_size", "must be at least 1"));
+        }
+        at_most("block_size", block_size, MAX_BLOCK_SIZE)?;
+        at_most("max_model_len", max_model_len, MAX_MODEL_LEN)?;
+        if !(0.0..1.0).contains(&watermark) {
+            return Err(FieldError::new(
+                "watermark",
+                format!("must be in [0, 1), got {watermark}"),
+            ));
+        }
+        Ok(KvCacheManager {
+            pool: BlockPool::new(num_blocks, hasher.is_some())?,
             block_size,
             max_model_len,
             watermark_blocks: (watermark * num_blocks as f64).floor() as usize,
             hasher,
             tables: Vec::new(),
             stats: PrefixCacheStats::default(),
-        }
+        })
     }
 
     pub fn block_size(&self) -> usize {
@@ -164,7 +180,11 @@ impl KvCacheManager {
         if table.blocks.is_empty() {
             // Room for every block the request can ever hold, so that its
             // table never reallocates while it decodes.
-            let max_tokens = (req.num_prompt_tokens + req.max_tokens()).min(self.max_model_len);
+            // Saturating: `max_tokens` is the caller's and may be huge.
+            let max_tokens = req
+                .num_prompt_tokens
+                .saturating_add(req.max_tokens())
+                .min(self.max_model_len);
             let want = cdiv(max_tokens + num_lookahead_tokens, block_size);
             table.blocks.reserve(want);
         }
@@ -264,7 +284,7 @@ mod tests {
 
     fn manager(num_blocks: usize, block_size: usize, caching: bool) -> KvCacheManager {
         let hasher = caching.then(|| BlockHasher::new(HashAlgo::Sha256, block_size));
-        KvCacheManager::new(num_blocks, block_size, 4096, 0.0, hasher)
+        KvCacheManager::new(num_blocks, block_size, 4096, 0.0, hasher).unwrap()
     }
 
     fn request(m: &KvCacheManager, prompt: Vec<u32>) -> Request {

@@ -41,10 +41,13 @@ impl CachedBlockMap {
     /// A map that never rehashes while it holds at most `blocks` entries:
     /// with one KV group a block carries at most one hash, so the pool size
     /// bounds it. (A rehash of a large map would be a multi-millisecond step.)
-    pub fn with_capacity(blocks: usize) -> Self {
-        CachedBlockMap {
-            map: HashMap::with_capacity_and_hasher(blocks, Default::default()),
-        }
+    /// Fails instead of aborting when the table cannot be allocated.
+    pub fn try_with_capacity(blocks: usize) -> Result<Self, String> {
+        let mut map = HashMap::with_hasher(Default::default());
+        map.try_reserve(blocks).map_err(|e| {
+            format!("cannot allocate the prefix-cache table for {blocks} blocks: {e}")
+        })?;
+        Ok(CachedBlockMap { map })
     }
 
     /// The earliest-inserted block cached under `hash`, if any.

@@ -188,7 +188,13 @@ impl Request {
     /// that appending outputs never reallocates: a steady decode step
     /// allocates nothing per request.
     pub(crate) fn reserve_for_outputs(&mut self, max_model_len: usize, block_size: usize) {
-        let total = (self.num_prompt_tokens + self.sampling_params.max_tokens).min(max_model_len);
+        // Saturating: `max_tokens` is the caller's and may be huge; the
+        // reservation is capped by `max_model_len` (itself bounded by
+        // `MAX_MODEL_LEN`).
+        let total = self
+            .num_prompt_tokens
+            .saturating_add(self.sampling_params.max_tokens)
+            .min(max_model_len);
         self.all_token_ids
             .reserve_exact(total.saturating_sub(self.all_token_ids.len()));
         let blocks = total / block_size.max(1);

@@ -74,7 +74,7 @@ impl Scheduler {
             config.max_model_len,
             config.watermark,
             hasher,
-        );
+        )?;
         Ok(Scheduler {
             waiting: RequestQueue::new(config.policy),
             config,

@@ -2,13 +2,46 @@
 //! validation. Every error names the offending field the way a user would
 //! find it in the file, e.g. `requests[3].prompt: expected an array of token
 //! ids`.
+//!
+//! Every size a trace names is bounded (`MAX_*` here and in `config`), so a
+//! hostile or fuzzed trace is refused with such an error instead of making
+//! the replay allocate without bound or overflow: the limits are far above
+//! any real trace (the largest benchmark trace is 13 MB with 3,600
+//! requests, 147,712 blocks and 100,000 steps).
 
 use crate::block_hash::HashAlgo;
-use crate::config::{SchedulerConfig, SchedulingPolicy};
+use crate::config::{SchedulerConfig, SchedulingPolicy, MAX_MODEL_LEN};
 use crate::error::FieldError;
 use serde_json::{Map, Value};
 use std::collections::HashSet;
 use std::fmt;
+
+/// Largest trace text `Trace::from_json` parses (256 MiB). The parsed JSON
+/// tree takes up to ~16 times the text (a one-digit token is 2 bytes of text
+/// and a 32-byte value), so this also bounds the parser's memory.
+pub const MAX_TRACE_BYTES: usize = 256 << 20;
+/// Most requests in a trace (2^20).
+pub const MAX_REQUESTS: usize = 1 << 20;
+/// Most aborts in a trace (2^20).
+pub const MAX_ABORTS: usize = 1 << 20;
+/// Largest `max_steps`, `arrival_step` and abort `step` (2^24). Steps run
+/// one by one (each writes a log line), and arrival steps become exact f64
+/// arrival times only while they stay small.
+pub const MAX_STEPS: u64 = 1 << 24;
+/// Most tokens in a request's `output` and most `max_tokens` (2^24, the
+/// scheduler's `MAX_MODEL_LEN`: no request can emit more).
+pub const MAX_OUTPUT_TOKENS: usize = MAX_MODEL_LEN;
+/// Most `stop_token_ids` of one request (2^16).
+pub const MAX_STOP_TOKEN_IDS: usize = 1 << 16;
+
+/// "16777216 (2^24)" for a power of two, the number alone otherwise.
+fn limit(max: u64) -> String {
+    if max.is_power_of_two() {
+        format!("{max} (2^{})", max.ilog2())
+    } else {
+        max.to_string()
+    }
+}
 
 /// A malformed or undefined trace.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -110,6 +143,18 @@ impl<'a> Obj<'a> {
         }
     }
 
+    /// `uint`, refusing values above `max`.
+    fn uint_at_most(&self, key: &str, default: Option<u64>, max: u64) -> Result<u64, TraceError> {
+        let v = self.uint(key, default)?;
+        if v > max {
+            return fail(
+                self.field_path(key),
+                format!("must be at most {}, got {v}", limit(max)),
+            );
+        }
+        Ok(v)
+    }
+
     fn int(&self, key: &str, default: i64) -> Result<i64, TraceError> {
         match self.get(key) {
             None => Ok(default),
@@ -128,7 +173,8 @@ impl<'a> Obj<'a> {
         }
     }
 
-    fn tokens(&self, key: &str, required: bool) -> Result<Vec<u32>, TraceError> {
+    /// An array of at most `max` token ids.
+    fn tokens(&self, key: &str, required: bool, max: usize) -> Result<Vec<u32>, TraceError> {
         let path = self.field_path(key);
         let Some(v) = self.get(key) else {
             return if required {
@@ -140,6 +186,16 @@ impl<'a> Obj<'a> {
         let Some(arr) = v.as_array() else {
             return fail(path, "expected an array of token ids");
         };
+        if arr.len() > max {
+            return fail(
+                path,
+                format!(
+                    "holds {} tokens, more than the limit of {}",
+                    arr.len(),
+                    limit(max as u64)
+                ),
+            );
+        }
         arr.iter()
             .enumerate()
             .map(
@@ -169,8 +225,19 @@ fn usize_of(v: u64) -> usize {
 }
 
 impl Trace {
-    /// Parses and validates a trace from JSON text.
+    /// Parses and validates a trace from JSON text of at most
+    /// `MAX_TRACE_BYTES`.
     pub fn from_json(text: &str) -> Result<Trace, TraceError> {
+        if text.len() > MAX_TRACE_BYTES {
+            return fail(
+                "",
+                format!(
+                    "the trace is {} bytes, more than the limit of {} MiB",
+                    text.len(),
+                    MAX_TRACE_BYTES >> 20
+                ),
+            );
+        }
         let root: Value = serde_json::from_str(text).map_err(|e| TraceError {
             path: String::new(),
             message: format!("not valid JSON: {e}"),
@@ -224,6 +291,16 @@ impl Trace {
 
         let requests = match top.get("requests") {
             None => Vec::new(),
+            Some(Value::Array(items)) if items.len() > MAX_REQUESTS => {
+                return fail(
+                    "requests",
+                    format!(
+                        "{} requests, more than the limit of {}",
+                        items.len(),
+                        limit(MAX_REQUESTS as u64)
+                    ),
+                )
+            }
             Some(Value::Array(items)) => items
                 .iter()
                 .enumerate()
@@ -243,20 +320,30 @@ impl Trace {
 
         let aborts = match top.get("aborts") {
             None => Vec::new(),
+            Some(Value::Array(items)) if items.len() > MAX_ABORTS => {
+                return fail(
+                    "aborts",
+                    format!(
+                        "{} aborts, more than the limit of {}",
+                        items.len(),
+                        limit(MAX_ABORTS as u64)
+                    ),
+                )
+            }
             Some(Value::Array(items)) => items
                 .iter()
                 .enumerate()
                 .map(|(i, v)| {
                     let a = Obj::new(&format!("aborts[{i}]"), v)?;
                     Ok(TraceAbort {
-                        step: a.uint("step", None)?,
+                        step: a.uint_at_most("step", None, MAX_STEPS)?,
                         id: a.id("id")?,
                     })
                 })
                 .collect::<Result<Vec<_>, TraceError>>()?,
             Some(_) => return fail("aborts", "expected an array of {\"step\", \"id\"} objects"),
         };
-        let max_steps = top.uint("max_steps", Some(10_000))?;
+        let max_steps = top.uint_at_most("max_steps", Some(10_000), MAX_STEPS)?;
         Ok(Trace {
             name,
             config,
@@ -269,7 +356,9 @@ impl Trace {
 
 fn parse_request(i: usize, v: &Value, cfg: &SchedulerConfig) -> Result<TraceRequest, TraceError> {
     let r = Obj::new(&format!("requests[{i}]"), v)?;
-    let prompt = r.tokens("prompt", true)?;
+    // The real bound (shorter than max_model_len) is checked below, with
+    // its own message; this one only keeps a huge array from being copied.
+    let prompt = r.tokens("prompt", true, MAX_MODEL_LEN)?;
     if prompt.is_empty() {
         return fail(r.field_path("prompt"), "the prompt is empty");
     }
@@ -283,8 +372,12 @@ fn parse_request(i: usize, v: &Value, cfg: &SchedulerConfig) -> Result<TraceRequ
             ),
         );
     }
-    let output = r.tokens("output", true)?;
-    let max_tokens = usize_of(r.uint("max_tokens", Some(output.len() as u64))?);
+    let output = r.tokens("output", true, MAX_OUTPUT_TOKENS)?;
+    let max_tokens = usize_of(r.uint_at_most(
+        "max_tokens",
+        Some(output.len() as u64),
+        MAX_OUTPUT_TOKENS as u64,
+    )?);
     if max_tokens == 0 {
         return fail(r.field_path("max_tokens"), "must be at least 1");
     }
@@ -313,7 +406,7 @@ fn parse_request(i: usize, v: &Value, cfg: &SchedulerConfig) -> Result<TraceRequ
     };
     Ok(TraceRequest {
         id: r.id("id")?,
-        arrival_step: r.uint("arrival_step", Some(0))?,
+        arrival_step: r.uint_at_most("arrival_step", Some(0), MAX_STEPS)?,
         priority: r.int("priority", 0)?,
         prompt,
         output,
@@ -321,7 +414,7 @@ fn parse_request(i: usize, v: &Value, cfg: &SchedulerConfig) -> Result<TraceRequ
         min_tokens,
         eos_token_id,
         ignore_eos: r.boolean("ignore_eos", false)?,
-        stop_token_ids: r.tokens("stop_token_ids", false)?,
+        stop_token_ids: r.tokens("stop_token_ids", false, MAX_STOP_TOKEN_IDS)?,
     })
 }
 
@@ -394,6 +487,190 @@ mod tests {
             long.join(",")
         ));
         assert!(got.contains("shorter than max_model_len"), "{got}");
+    }
+
+    /// A trace with `field` of `config` (or the top level, or request /
+    /// abort 0) set to `value` (JSON text).
+    fn with_field(section: &str, field: &str, value: &str) -> String {
+        let mut cfg = serde_json::json!({"block_size": 16, "num_gpu_blocks": 8,
+            "max_num_batched_tokens": 64, "max_num_seqs": 2, "max_model_len": 128});
+        let mut req = serde_json::json!({"id": "a", "prompt": [1, 2], "output": [3, 4]});
+        let mut abort = serde_json::json!({"step": 1, "id": "a"});
+        let mut top = serde_json::json!({});
+        let target = match section {
+            "config" => &mut cfg,
+            "request" => &mut req,
+            "abort" => &mut abort,
+            _ => &mut top,
+        };
+        let v: Value = serde_json::from_str(value).unwrap();
+        target[field] = v;
+        top["config"] = cfg;
+        top["requests"] = serde_json::json!([req]);
+        top["aborts"] = serde_json::json!([abort]);
+        top.to_string()
+    }
+
+    #[test]
+    fn sizes_are_bounded_naming_the_field() {
+        let cases = [
+            (
+                "config",
+                "num_gpu_blocks",
+                "2147483648",
+                "config.num_gpu_blocks: must be at most 16777216 (2^24), got 2147483648",
+            ),
+            (
+                "config",
+                "num_gpu_blocks",
+                "9223372036854775808",
+                "config.num_gpu_blocks: must be at most 16777216 (2^24)",
+            ),
+            (
+                "config",
+                "num_gpu_blocks",
+                "100000000",
+                "config.num_gpu_blocks: must be at most 16777216 (2^24), got 100000000",
+            ),
+            (
+                "config",
+                "num_gpu_blocks",
+                "18446744073709551616",
+                "config.num_gpu_blocks: expected a non-negative integer",
+            ),
+            (
+                "config",
+                "num_gpu_blocks",
+                "1e8",
+                "config.num_gpu_blocks: expected a non-negative integer",
+            ),
+            (
+                "config",
+                "block_size",
+                "2147483648",
+                "config.block_size: must be at most 65536 (2^16)",
+            ),
+            (
+                "config",
+                "max_num_seqs",
+                "1099511627776",
+                "config.max_num_seqs: must be at most 16777216 (2^24)",
+            ),
+            (
+                "config",
+                "max_num_batched_tokens",
+                "9223372036854775807",
+                "config.max_num_batched_tokens: must be at most 2147483648 (2^31)",
+            ),
+            (
+                "config",
+                "max_model_len",
+                "2147483648",
+                "config.max_model_len: must be at most 16777216 (2^24)",
+            ),
+            (
+                "config",
+                "long_prefill_token_threshold",
+                "9007199254740992",
+                "config.long_prefill_token_threshold: must be at most 2147483648 (2^31)",
+            ),
+            (
+                "top",
+                "max_steps",
+                "2147483648",
+                "max_steps: must be at most 16777216 (2^24), got 2147483648",
+            ),
+            (
+                "request",
+                "arrival_step",
+                "9223372036854775808",
+                "requests[0].arrival_step: must be at most 16777216 (2^24)",
+            ),
+            (
+                "request",
+                "max_tokens",
+                "9223372036854775808",
+                "requests[0].max_tokens: must be at most 16777216 (2^24)",
+            ),
+            (
+                "request",
+                "min_tokens",
+                "9223372036854775808",
+                "requests[0].min_tokens: (9223372036854775808) must be at most max_tokens",
+            ),
+            (
+                "request",
+                "priority",
+                "9223372036854775808",
+                "requests[0].priority: expected an integer",
+            ),
+            (
+                "request",
+                "arrival_step",
+                "-1",
+                "requests[0].arrival_step: expected a non-negative integer",
+            ),
+            (
+                "request",
+                "max_tokens",
+                "1.5",
+                "requests[0].max_tokens: expected a non-negative integer",
+            ),
+            (
+                "abort",
+                "step",
+                "9223372036854775808",
+                "aborts[0].step: must be at most 16777216 (2^24)",
+            ),
+        ];
+        for (section, field, value, want) in cases {
+            let got = err(&with_field(section, field, value));
+            assert!(
+                got.starts_with(want),
+                "{field}={value}: {got:?} does not start with {want:?}"
+            );
+        }
+        // The limits themselves are accepted.
+        for (section, field, value) in [
+            ("config", "num_gpu_blocks", "16777216"),
+            ("top", "max_steps", "16777216"),
+            ("request", "arrival_step", "16777216"),
+        ] {
+            Trace::from_json(&with_field(section, field, value)).unwrap();
+        }
+    }
+
+    #[test]
+    fn counts_are_bounded_naming_the_field() {
+        let stops = vec!["1"; MAX_STOP_TOKEN_IDS + 1].join(",");
+        let got = err(&with_field(
+            "request",
+            "stop_token_ids",
+            &format!("[{stops}]"),
+        ));
+        assert_eq!(
+            got,
+            "requests[0].stop_token_ids: holds 65537 tokens, more than the limit of 65536 (2^16)"
+        );
+        // Empty objects keep the text small: the count is refused before any
+        // request is looked at.
+        let many = vec!["{}"; MAX_REQUESTS + 1].join(",");
+        let got = err(&format!(r#"{{{CFG}, "requests": [{many}]}}"#));
+        assert_eq!(
+            got,
+            "requests: 1048577 requests, more than the limit of 1048576 (2^20)"
+        );
+        let got = err(&format!(r#"{{{CFG}, "aborts": [{many}]}}"#));
+        assert!(
+            got.starts_with("aborts: 1048577 aborts, more than the limit"),
+            "{got}"
+        );
+        let huge = " ".repeat(MAX_TRACE_BYTES + 1);
+        let got = err(&huge);
+        assert_eq!(
+            got,
+            "the trace is 268435457 bytes, more than the limit of 256 MiB"
+        );
     }
 
     #[test]

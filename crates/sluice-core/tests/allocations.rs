@@ -4,31 +4,55 @@
 
 use sluice_core::{ModelRunnerOutput, NewRequest, SamplingParams, Scheduler, SchedulerConfig};
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::cell::Cell;
 
 struct Counting;
 
-static COUNTING: AtomicBool = AtomicBool::new(false);
-static ALLOCS: AtomicUsize = AtomicUsize::new(0);
+// Per thread, not global: the test harness's own threads allocate while a
+// test runs (libtest's main thread records the test it just spawned and
+// registers its channel wait; under CPU load that bookkeeping can land in
+// the measured window and made this test flaky). Only the allocations of
+// the thread that runs `schedule()` / `update_from_output()` count.
+// `const` initialisation without a destructor: reading these never
+// allocates, so the allocator can use them.
+thread_local! {
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+    static ALLOCS: Cell<usize> = const { Cell::new(0) };
+}
+
+fn count_one() {
+    // `try_with`: an allocation during thread teardown must not panic.
+    let _ = COUNTING.try_with(|on| {
+        if on.get() {
+            let _ = ALLOCS.try_with(|n| n.set(n.get() + 1));
+        }
+    });
+}
+
+/// Starts or stops counting this thread's allocations.
+fn counting(on: bool) {
+    COUNTING.with(|c| c.set(on));
+}
 
 // SAFETY: forwards every call to the system allocator unchanged; only
-// counts allocations while `COUNTING` is set.
+// counts allocations while `COUNTING` is set on the calling thread.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
+        count_one();
         // SAFETY: same contract as the caller's.
         unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        count_one();
+        // SAFETY: same contract as the caller's.
+        unsafe { System.alloc_zeroed(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         // SAFETY: same contract as the caller's.
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if COUNTING.load(Ordering::Relaxed) {
-            ALLOCS.fetch_add(1, Ordering::Relaxed);
-        }
+        count_one();
         // SAFETY: same contract as the caller's.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -62,10 +86,10 @@ fn max_allocs_per_step(n: usize, steps: usize) -> usize {
     let mut worst = 0;
     for step in 0..steps + 20 {
         let measured = step >= 20;
-        COUNTING.store(measured, Ordering::SeqCst);
-        ALLOCS.store(0, Ordering::SeqCst);
+        ALLOCS.with(|n| n.set(0));
+        counting(measured);
         let out = s.schedule();
-        COUNTING.store(false, Ordering::SeqCst);
+        counting(false);
         let mut mro = ModelRunnerOutput::with_capacity(out.num_scheduled_tokens.len());
         for e in &out.num_scheduled_tokens {
             let r = s.request(e.handle).expect("live");
@@ -75,13 +99,13 @@ fn max_allocs_per_step(n: usize, steps: usize) -> usize {
                 &[]
             });
         }
-        COUNTING.store(measured, Ordering::SeqCst);
+        counting(measured);
         let outs = s.update_from_output(&out, &mro);
-        COUNTING.store(false, Ordering::SeqCst);
+        counting(false);
         drop((out, outs));
         if measured {
             assert_eq!(s.get_request_counts(), (n, 0), "all decoding");
-            worst = worst.max(ALLOCS.load(Ordering::SeqCst));
+            worst = worst.max(ALLOCS.with(Cell::get));
         }
     }
     worst

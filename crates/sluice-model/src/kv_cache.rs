@@ -30,9 +30,20 @@
 //! written through a valid block table; `write` only touches the slots it is
 //! given; storage pages are only committed when first written (the buffers
 //! are zero-initialised lazily by the allocator).
+//!
+//! Sizes come from the command line (`--kv-cache-memory`,
+//! `--num-gpu-blocks-override`), so a cache that cannot exist is an error,
+//! never an abort: its size is computed with checked arithmetic, compared
+//! with the memory available (`memory::available_bytes`; with overcommit a
+//! huge allocation would otherwise "succeed" and the process be killed when
+//! a step writes it) and with the scheduler's block limit, and the buffers
+//! are allocated fallibly.
 
 use crate::config::ModelConfig;
-use anyhow::{bail, Result};
+use crate::memory::{available_bytes, format_bytes};
+use anyhow::{anyhow, bail, Result};
+use sluice_core::config::MAX_NUM_GPU_BLOCKS;
+use std::alloc::Layout;
 
 /// How many blocks of how many tokens the cache holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,17 +63,24 @@ impl KvCacheConfig {
         }
     }
 
-    /// Bytes one block takes across all layers, K and V.
+    /// Bytes one block takes across all layers, K and V; `usize::MAX` when
+    /// that does not fit a `usize` (an absurd `block_size`).
     pub fn bytes_per_block(model: &ModelConfig, block_size: usize) -> usize {
-        2 * model.num_hidden_layers
-            * block_size
-            * model.num_key_value_heads
-            * model.head_dim
-            * std::mem::size_of::<f32>()
+        [
+            model.num_hidden_layers,
+            block_size,
+            model.num_key_value_heads,
+            model.head_dim,
+            std::mem::size_of::<f32>(),
+        ]
+        .into_iter()
+        .try_fold(2usize, usize::checked_mul)
+        .unwrap_or(usize::MAX)
     }
 
     /// As many blocks as fit in `budget_bytes` (a `--kv-cache-memory` style
     /// setting). Fails when fewer than two blocks fit (block 0 is reserved).
+    /// Memory is checked when the cache is allocated (`KvCache::new`).
     pub fn from_memory_budget(
         model: &ModelConfig,
         block_size: usize,
@@ -71,7 +89,7 @@ impl KvCacheConfig {
         if block_size == 0 {
             bail!("block_size must be at least 1");
         }
-        let per_block = Self::bytes_per_block(model, block_size);
+        let per_block = Self::bytes_per_block(model, block_size).max(1);
         let num_blocks = budget_bytes / per_block;
         if num_blocks < 2 {
             bail!(
@@ -85,9 +103,96 @@ impl KvCacheConfig {
         })
     }
 
-    pub fn size_in_bytes(&self, model: &ModelConfig) -> usize {
-        self.num_blocks * Self::bytes_per_block(model, self.block_size)
+    /// What `KvCache::new` checks before allocating, for callers that
+    /// can check before costlier work (loading weights): at least 2 blocks
+    /// of at least 1 token, a size that can be addressed, no more than the
+    /// memory available (`memory::available_bytes`) and no more blocks than
+    /// the scheduler takes (`MAX_NUM_GPU_BLOCKS`). Errors say how much was
+    /// requested; the caller names the flag that asked for it.
+    pub fn check(&self, model: &ModelConfig) -> Result<()> {
+        self.sizes(model).map(|_| ())
     }
+
+    /// `check`, returning the floats of one layer's K (and of its V) and
+    /// the bytes of the whole cache.
+    fn sizes(&self, model: &ModelConfig) -> Result<(usize, u64)> {
+        if self.block_size == 0 {
+            bail!("block_size must be at least 1");
+        }
+        if self.num_blocks < 2 {
+            bail!(
+                "the KV cache needs at least 2 blocks (block 0 is reserved), got {}",
+                self.num_blocks
+            );
+        }
+        // Checked: the sizes come from flags.
+        let per_layer = [self.block_size, model.num_key_value_heads, model.head_dim]
+            .into_iter()
+            .try_fold(self.num_blocks, usize::checked_mul);
+        let total = per_layer
+            .and_then(|n| n.checked_mul(2 * std::mem::size_of::<f32>()))
+            .and_then(|n| n.checked_mul(model.num_hidden_layers))
+            .and_then(|n| u64::try_from(n).ok());
+        let (Some(per_layer), Some(total)) = (per_layer, total) else {
+            bail!(
+                "a KV cache of {} blocks × {} tokens is too large to address",
+                self.num_blocks,
+                self.block_size
+            );
+        };
+        // Memory first: for a huge `--kv-cache-memory` it is the figure
+        // that explains the refusal.
+        check_fits(total, available_bytes())?;
+        if self.num_blocks > MAX_NUM_GPU_BLOCKS {
+            bail!(
+                "{} requested for the KV cache is {} blocks of {}, more than the scheduler's \
+                 limit of {MAX_NUM_GPU_BLOCKS} blocks",
+                format_bytes(total),
+                self.num_blocks,
+                format_bytes(total / self.num_blocks as u64)
+            );
+        }
+        Ok((per_layer, total))
+    }
+
+    /// Bytes of the whole cache; `usize::MAX` when that does not fit.
+    pub fn size_in_bytes(&self, model: &ModelConfig) -> usize {
+        self.num_blocks
+            .saturating_mul(Self::bytes_per_block(model, self.block_size))
+    }
+}
+
+/// Refuses `requested` bytes of KV cache when `available` (the system's
+/// estimate, if any) is smaller.
+fn check_fits(requested: u64, available: Option<u64>) -> Result<()> {
+    match available {
+        Some(available) if requested > available => bail!(
+            "{} requested for the KV cache, but only {} of memory is available",
+            format_bytes(requested),
+            format_bytes(available)
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// `n` zeros, allocated fallibly. `alloc_zeroed` (what `vec![0.0; n]` uses)
+/// gets fresh zero pages from the system for large sizes, so the memory is
+/// only committed when written; `None` instead of an abort when the
+/// allocation fails.
+fn try_zeroed(n: usize) -> Option<Vec<f32>> {
+    if n == 0 {
+        return Some(Vec::new());
+    }
+    let layout = Layout::array::<f32>(n).ok()?;
+    // SAFETY: `layout` has a non-zero size (n > 0).
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<f32>();
+    if ptr.is_null() {
+        return None;
+    }
+    // SAFETY: `ptr` comes from the global allocator with the layout of `n`
+    // f32s (so length and capacity `n` match its size and alignment), and
+    // all `n` are initialised: all-zero bits are 0.0.
+    Some(unsafe { Vec::from_raw_parts(ptr, n, n) })
 }
 
 /// K and V of one layer.
@@ -106,32 +211,25 @@ pub struct KvCache {
 }
 
 impl KvCache {
+    /// The cache for `config`, zeroed. Refused (an error, nothing
+    /// allocated) as `KvCacheConfig::check` says; an allocation that fails
+    /// anyway is an error too.
     pub fn new(model: &ModelConfig, config: KvCacheConfig) -> Result<Self> {
-        if config.block_size == 0 {
-            bail!("block_size must be at least 1");
-        }
-        if config.num_blocks < 2 {
-            bail!(
-                "the KV cache needs at least 2 blocks (block 0 is reserved), got {}",
-                config.num_blocks
-            );
-        }
-        let per_layer = config
-            .num_blocks
-            .checked_mul(config.block_size)
-            .and_then(|x| x.checked_mul(model.num_key_value_heads * model.head_dim));
-        let Some(per_layer) = per_layer.filter(|&n| n.checked_mul(4).is_some()) else {
-            bail!(
-                "KV cache of {} blocks × {} tokens is too large to address",
-                config.num_blocks,
-                config.block_size
-            );
+        let (per_layer, total) = config.sizes(model)?;
+        let alloc_failed = || {
+            anyhow!(
+                "{} requested for the KV cache, but allocating it failed",
+                format_bytes(total)
+            )
         };
-        let mut layers = Vec::with_capacity(model.num_hidden_layers);
+        let mut layers = Vec::new();
+        layers
+            .try_reserve_exact(model.num_hidden_layers)
+            .map_err(|_| alloc_failed())?;
         for _ in 0..model.num_hidden_layers {
             layers.push(LayerKv {
-                k: vec![0.0; per_layer],
-                v: vec![0.0; per_layer],
+                k: try_zeroed(per_layer).ok_or_else(alloc_failed)?,
+                v: try_zeroed(per_layer).ok_or_else(alloc_failed)?,
             });
         }
         Ok(KvCache {
@@ -232,6 +330,65 @@ mod tests {
         assert_eq!(c.num_blocks, 10);
         let e = KvCacheConfig::from_memory_budget(&model, 16, 16384).unwrap_err();
         assert!(e.to_string().contains("at least 2"), "{e}");
+    }
+
+    #[test]
+    fn a_cache_larger_than_memory_is_an_error_not_an_abort() {
+        let (model, _) = crate::builtin::config("tiny").unwrap();
+        // 2^24 blocks of 1024 tokens × 1 KiB per token: 16 TiB, more than
+        // any machine running this test has (and refused without the
+        // pre-check by the fallible allocation).
+        let e = KvCache::new(&model, KvCacheConfig::new(1024, 1 << 24))
+            .err()
+            .expect("16 TiB cannot be allocated");
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with("16 TiB requested for the KV cache"),
+            "{msg}"
+        );
+        // Past what a usize can address.
+        let e = KvCache::new(&model, KvCacheConfig::new(1 << 40, 1 << 40))
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("too large to address"), "{e}");
+        // A budget with an absurd block size holds no block; no overflow.
+        let e = KvCacheConfig::from_memory_budget(&model, usize::MAX, 1 << 30).unwrap_err();
+        assert!(e.to_string().contains("at least 2"), "{e}");
+    }
+
+    #[test]
+    fn the_memory_check_names_both_sizes() {
+        check_fits(1 << 30, None).unwrap();
+        check_fits(1 << 30, Some(1 << 30)).unwrap();
+        let e = check_fits(100 << 30, Some(22_870_000_000)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "100 GiB requested for the KV cache, but only 21.3 GiB of memory is available"
+        );
+    }
+
+    #[test]
+    fn more_blocks_than_the_scheduler_takes_are_refused() {
+        let (model, _) = crate::builtin::config("tiny").unwrap();
+        // One token (1 KiB) per block: 16 GiB, which passes the memory check
+        // on a large machine and fails it on a small one. Either way it is
+        // refused before anything is allocated.
+        let e = KvCache::new(&model, KvCacheConfig::new(1, MAX_NUM_GPU_BLOCKS + 1))
+            .err()
+            .expect("refused");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("more than the scheduler's limit of 16777216 blocks")
+                || msg.contains("of memory is available"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn zeroed_buffers_are_zero_and_huge_ones_fail() {
+        assert_eq!(try_zeroed(5), Some(vec![0.0; 5]));
+        assert_eq!(try_zeroed(0), Some(Vec::new()));
+        assert!(try_zeroed(usize::MAX / 2).is_none());
     }
 
     #[test]

@@ -7,6 +7,7 @@ pub mod builtin;
 pub mod config;
 pub mod kernels;
 pub mod kv_cache;
+pub mod memory;
 pub mod model;
 pub mod runner;
 pub mod sampling;

@@ -2,6 +2,9 @@
 //! handler runs: a client that sends its body slowly (or never) gets 408,
 //! one that sends too much gets 413, and neither holds a handler or memory
 //! beyond the limits. Handlers then take the body as `Bytes`.
+//!
+//! Every POST route takes JSON: as vLLM, a POST whose `Content-Type` is not
+//! `application/json` is refused with 400 before its body is read.
 
 use crate::error::ApiError;
 use axum::body::Body;
@@ -27,6 +30,21 @@ pub async fn read_whole_body(
     next: Next,
 ) -> Response {
     let (parts, body) = req.into_parts();
+    if parts.method == axum::http::Method::POST {
+        let content_type = parts
+            .headers
+            .get(axum::http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        let essence = content_type.split(';').next().unwrap_or("").trim();
+        if !essence.eq_ignore_ascii_case("application/json") {
+            return ApiError::bad_request(format!(
+                "Unsupported Media Type: only 'application/json' is allowed, got Content-Type \
+                 {content_type:?}"
+            ))
+            .into_response();
+        }
+    }
     let declared = parts
         .headers
         .get(axum::http::header::CONTENT_LENGTH)

@@ -69,7 +69,7 @@ impl ApiError {
     pub fn model_not_found(model: &str, served: &str) -> Self {
         ApiError {
             status: StatusCode::NOT_FOUND,
-            message: format!("The model `{model}` does not exist. This server serves `{served}`."),
+            message: format!("The model `{model}` does not exist. Valid aliases: {served}."),
             kind: "NotFoundError",
             param: Some("model".into()),
             retry_after: None,

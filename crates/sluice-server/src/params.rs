@@ -1,5 +1,13 @@
 //! Turns the sampling fields of an OpenAI request into `SamplingParams`,
-//! validating each against vLLM's rules and naming the field at fault.
+//! validating each against vLLM 0.33's rules and naming the field at fault.
+//!
+//! As vLLM: temperature in [0, 2] (a positive one below 0.01 is raised to
+//! 0.01), `n` > 1 needs a sampling temperature, `seed: -1` means no seed,
+//! logit biases are clamped to [-100, 100], `max_tokens` beyond the room
+//! the prompt leaves is clamped to it (only `max_tokens` > `max_model_len`
+//! is an error), `prompt_logprobs` cannot stream. Where sluice is stricter
+//! (n ≤ 128, stop-string and logit-bias counts, sequences per request) the
+//! limit is named in the message; see docs/validation.md.
 
 use crate::error::ApiError;
 use crate::protocol::SamplingFields;
@@ -75,18 +83,17 @@ pub fn build(
         }
         Some(m) => {
             let m = usize::try_from(m).unwrap_or(usize::MAX);
-            if m > room {
+            if m > max_model_len {
                 return Err(ApiError::invalid(
                     max_tokens_param,
                     format!(
-                        "This model's maximum context length is {max_model_len} tokens. However, \
-                         you requested {} tokens ({prompt_len} in the prompt, {m} in the \
-                         completion). Please reduce the length of the prompt or {max_tokens_param}.",
-                        prompt_len.saturating_add(m)
+                        "{max_tokens_param}={m} cannot be greater than max_model_len={max_model_len}. \
+                         Please request fewer output tokens."
                     ),
                 ));
             }
-            m
+            // vLLM clamps to the room the prompt leaves rather than refuse.
+            m.min(room)
         }
         None => match default_max_tokens {
             DefaultMaxTokens::Fixed(d) => d.min(room),
@@ -101,7 +108,23 @@ pub fn build(
             format!("n must be between 1 and 128, got {n}"),
         ));
     }
-    let temperature = non_negative("temperature", f.temperature, 1.0)?;
+    let mut temperature = non_negative("temperature", f.temperature, 1.0)?;
+    if temperature > 2.0 {
+        return Err(ApiError::invalid(
+            "temperature",
+            format!("temperature must be in [0, 2], got {temperature}"),
+        ));
+    }
+    if temperature > 0.0 && temperature < 0.01 {
+        // vLLM's floor: smaller ones overflow the softmax in practice.
+        temperature = 0.01;
+    }
+    if n > 1 && temperature < 1e-5 {
+        return Err(ApiError::invalid(
+            "n",
+            format!("n must be 1 when using greedy sampling (temperature 0), got {n}"),
+        ));
+    }
     let top_p = f.top_p.unwrap_or(1.0);
     if !(top_p > 0.0 && top_p <= 1.0) {
         return Err(ApiError::invalid(
@@ -180,15 +203,22 @@ pub fn build(
                     format!("key {k:?} is not a token id"),
                 ));
             };
-            if !(-100.0..=100.0).contains(&v) {
-                return Err(ApiError::invalid(
-                    "logit_bias",
-                    format!("bias for token {id} must be in [-100, 100], got {v}"),
-                ));
-            }
-            logit_bias.push((id, v as f32));
+            // Clamped, as vLLM (and OpenAI's documented range) does.
+            logit_bias.push((id, v.clamp(-100.0, 100.0) as f32));
         }
         logit_bias.sort_by_key(|&(id, _)| id);
+    }
+    if f.stream_options.is_some() && !f.stream() {
+        return Err(ApiError::invalid(
+            "stream_options",
+            "stream_options can only be given with stream: true",
+        ));
+    }
+    if prompt_logprobs.is_some_and(|k| k > 0) && f.stream() {
+        return Err(ApiError::invalid(
+            "prompt_logprobs",
+            "prompt_logprobs are not available when stream is true",
+        ));
     }
     let stop = f.stop.clone().map(|s| s.into_vec()).unwrap_or_default();
     if stop.iter().any(String::is_empty) {
@@ -203,7 +233,8 @@ pub fn build(
         top_p: top_p as f32,
         top_k: top_k as i32,
         min_p: min_p as f32,
-        seed: f.seed.map(|s| s as u64),
+        // vLLM: -1 means "no seed".
+        seed: f.seed.filter(|&s| s != -1).map(|s| s as u64),
         presence_penalty: presence_penalty as f32,
         frequency_penalty: frequency_penalty as f32,
         repetition_penalty: repetition_penalty as f32,
@@ -271,15 +302,35 @@ mod tests {
     }
 
     #[test]
+    fn vllm_leniencies() {
+        // max_tokens beyond the prompt's room is clamped to it.
+        assert_eq!(
+            build_simple(&fields("{}"), Some(95)).unwrap().max_tokens,
+            90
+        );
+        let p = build_simple(&fields(r#"{"logit_bias": {"3": 250}, "seed": -1}"#), None).unwrap();
+        assert_eq!(p.logit_bias, vec![(3, 100.0)]);
+        assert_eq!(p.seed, None);
+        let p = build_simple(&fields(r#"{"temperature": 0.001}"#), None).unwrap();
+        assert_eq!(p.temperature, 0.01);
+        let p = build_simple(&fields(r#"{"seed": 7}"#), None).unwrap();
+        assert_eq!(p.seed, Some(7));
+    }
+
+    #[test]
     fn errors_name_the_param() {
         let cases = [
             (r#"{}"#, Some(-1), "max_tokens"),
-            (r#"{}"#, Some(91), "max_tokens"),
+            (r#"{}"#, Some(101), "max_tokens"),
+            (r#"{"temperature": 2.5}"#, None, "temperature"),
+            (r#"{"n": 2, "temperature": 0}"#, None, "n"),
+            (r#"{"stream_options": {}}"#, None, "stream_options"),
             (r#"{"temperature": -0.5}"#, None, "temperature"),
             (r#"{"top_p": 0}"#, None, "top_p"),
             (r#"{"n": 0}"#, None, "n"),
             (r#"{"min_tokens": 20}"#, Some(5), "min_tokens"),
             (r#"{"presence_penalty": 3}"#, None, "presence_penalty"),
+            (r#"{"logit_bias": {"-1": 1}}"#, None, "logit_bias"),
             (r#"{"logit_bias": {"abc": 1}}"#, None, "logit_bias"),
             (r#"{"stop": ""}"#, None, "stop"),
         ];

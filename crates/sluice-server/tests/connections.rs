@@ -179,6 +179,7 @@ async fn a_stalled_body_gets_408_and_a_huge_one_413() {
     let big = format!("{{\"prompt\": \"{}\"}}", "x".repeat(2000));
     let r = reqwest::Client::new()
         .post(format!("{}/v1/completions", s.base()))
+        .header("content-type", "application/json")
         .body(big)
         .send()
         .await

@@ -332,7 +332,7 @@ async fn small_endpoints() {
         assert!(text.contains(name), "missing {name}");
     }
     assert!(
-        text.contains("vllm:generation_tokens_total{model_name=\"test-model\"} 4"),
+        text.contains("vllm:generation_tokens_total{engine=\"0\",model_name=\"test-model\"} 4.0"),
         "{text}"
     );
     s.shutdown().await;

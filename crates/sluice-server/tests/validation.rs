@@ -140,6 +140,7 @@ async fn bytes_after_the_json_body_are_refused() {
     // Trailing whitespace is fine.
     let r = reqwest::Client::new()
         .post(format!("{}/v1/completions", s.base()))
+        .header("content-type", "application/json")
         .body("{\"prompt\": \"Hi\", \"max_tokens\": 2}\n")
         .send()
         .await
