@@ -29,7 +29,8 @@ pub struct BenchModelArgs {
     /// Built-in model shape (dummy weights).
     #[arg(long, default_value = "qwen2.5-0.5b")]
     model: String,
-    /// Vocabulary size override (the anchors use 32000).
+    /// Vocabulary size of the dummy model (32000, the size the README's
+    /// llama.cpp and transformers figures were measured with).
     #[arg(long, default_value_t = 32000)]
     vocab_size: usize,
     /// Weight dtype: bf16 or f32.

@@ -16,6 +16,34 @@ use sluice_engine::{EngineError, GenerateRequest, RequestStream, ShutdownMode};
 use std::io::Write;
 use std::process::ExitCode;
 
+/// `\n`, `\r`, `\t`, `\\`, `\"`, `\'` as the characters they name; any other
+/// backslash is kept as it is.
+fn unescape(s: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('n') => out.push('\n'),
+            Some('r') => out.push('\r'),
+            Some('t') => out.push('\t'),
+            Some(e @ ('\\' | '"' | '\'')) => out.push(e),
+            Some(other) => {
+                out.push('\\');
+                out.push(other);
+            }
+            None => out.push('\\'),
+        }
+    }
+    if out.is_empty() {
+        return Err("a stop string must not be empty".into());
+    }
+    Ok(out)
+}
+
 #[derive(Args, Debug)]
 pub struct GenerateArgs {
     #[command(flatten)]
@@ -45,6 +73,8 @@ pub struct GenerateArgs {
         allow_negative_numbers = true
     )]
     pub temperature: f32,
+    /// Nucleus sampling: keep the smallest set of tokens whose probability
+    /// reaches P (1 disables it).
     #[arg(
         long,
         value_name = "P",
@@ -60,6 +90,8 @@ pub struct GenerateArgs {
         allow_negative_numbers = true
     )]
     pub top_k: i32,
+    /// Drop tokens less likely than P times the most likely one (0 disables
+    /// it).
     #[arg(
         long,
         value_name = "P",
@@ -70,6 +102,8 @@ pub struct GenerateArgs {
     /// Per-request seed (prompt i uses SEED + i).
     #[arg(long, value_name = "N")]
     pub seed: Option<u64>,
+    /// Subtracted once from the logit of every token already generated
+    /// (-2 to 2; OpenAI's presence_penalty).
     #[arg(
         long,
         value_name = "X",
@@ -77,6 +111,8 @@ pub struct GenerateArgs {
         allow_negative_numbers = true
     )]
     pub presence_penalty: f32,
+    /// Subtracted from a token's logit once per time it was generated (-2
+    /// to 2; OpenAI's frequency_penalty).
     #[arg(
         long,
         value_name = "X",
@@ -84,6 +120,8 @@ pub struct GenerateArgs {
         allow_negative_numbers = true
     )]
     pub frequency_penalty: f32,
+    /// Divides positive (multiplies negative) logits of tokens in the prompt
+    /// or output by X (> 0; 1 disables it; HF's repetition_penalty).
     #[arg(
         long,
         value_name = "X",
@@ -91,8 +129,9 @@ pub struct GenerateArgs {
         allow_negative_numbers = true
     )]
     pub repetition_penalty: f32,
-    /// A stop string (repeatable).
-    #[arg(long, value_name = "TEXT")]
+    /// A stop string (repeatable). Escapes are processed, as llama.cpp does:
+    /// `--stop '\n'` stops at a newline (\n, \r, \t, \\, \", \').
+    #[arg(long, value_name = "TEXT", value_parser = unescape)]
     pub stop: Vec<String>,
     /// Keep the stop string (and EOS text) in the output.
     #[arg(long)]
@@ -297,5 +336,20 @@ fn generate(args: GenerateArgs) -> Result<()> {
     match failed {
         Some(e) => bail!("{e}"),
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unescape;
+
+    #[test]
+    fn stop_strings_take_escapes() {
+        assert_eq!(unescape(r"\n").unwrap(), "\n");
+        assert_eq!(unescape(r"a\tb\\c").unwrap(), "a\tb\\c");
+        assert_eq!(unescape(r"\x").unwrap(), r"\x");
+        assert_eq!(unescape(r"end\").unwrap(), r"end\");
+        assert_eq!(unescape("é\\\"").unwrap(), "é\"");
+        assert!(unescape("").is_err());
     }
 }

@@ -13,7 +13,7 @@ use std::process::ExitCode;
 
 #[derive(Args)]
 pub struct ReplayArgs {
-    /// The trace (shared/spec/scheduler-trace.md).
+    /// The trace (its format: docs/scheduler-trace.md).
     trace: PathBuf,
     /// Write the decision log here instead of stdout.
     #[arg(short, long)]

@@ -77,7 +77,8 @@ mod tests {
 
     #[test]
     fn qwen_shape_has_the_anchor_parameter_count() {
-        // The anchors: 387 M parameters with a 32,000-token vocabulary.
+        // The shape the README's llama.cpp and transformers figures were
+        // measured on: 387 M parameters with a 32,000-token vocabulary.
         let (mut c, _) = config("qwen2.5-0.5b").unwrap();
         c.vocab_size = 32000;
         let p = c.num_parameters();
