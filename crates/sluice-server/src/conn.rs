@@ -313,9 +313,20 @@ pub async fn serve_connection<I>(
     let mut tick = tokio::time::interval(watchdog_period(&timeouts));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut draining = false;
+    // Set once a draining connection is idle: hyper closes it itself after
+    // flushing the last response; this only bounds how long that may take
+    // (a request that ended a moment ago may still be in hyper's buffer).
+    let mut close_at: Option<tokio::time::Instant> = None;
     loop {
+        let deadline = async {
+            match close_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = conn.as_mut() => return,
+            _ = deadline => return,
             _ = tick.tick() => {
                 if state.expired(&timeouts).is_some() {
                     return;
@@ -325,26 +336,28 @@ pub async fn serve_connection<I>(
                 let now = if changed.is_err() { Phase::Closing } else { *phase.borrow() };
                 match now {
                     Phase::Running => {}
-                    Phase::Draining => {
-                        if state.is_idle() {
-                            // Nothing accepted on this connection yet (or a
-                            // request still sending its headers): close.
-                            return;
-                        }
-                        if !draining {
-                            draining = true;
-                            conn.as_mut().graceful_shutdown();
-                        }
+                    Phase::Draining if !draining => {
+                        draining = true;
+                        // Idle: closes now. Busy: no keep-alive after the
+                        // response in flight.
+                        conn.as_mut().graceful_shutdown();
                     }
+                    Phase::Draining => {}
                     Phase::Closing => return,
                 }
             }
         }
-        if draining && state.is_idle() {
-            return;
+        if draining && close_at.is_none() && state.is_idle() {
+            // Nothing accepted on this connection (or a request still
+            // sending its headers, which hyper would wait for): go.
+            close_at = Some(tokio::time::Instant::now() + FLUSH_BEFORE_CLOSE);
         }
     }
 }
+
+/// How long a draining, idle connection may take to flush before it is
+/// dropped.
+const FLUSH_BEFORE_CLOSE: Duration = Duration::from_millis(200);
 
 #[cfg(test)]
 mod tests {
