@@ -18,7 +18,7 @@ use crate::error::EngineError;
 use crate::executor::Executor;
 use crate::output::CompletionText;
 use crate::request::{Finished, RequestOutput, StopReason};
-use crate::stats::{EngineStats, FinishedRequestStats, StatsCollector};
+use crate::stats::{AdmissionCounters, EngineStats, FinishedRequestStats, StatsCollector};
 use crate::stream::output_cost;
 use sluice_core::{
     FinishReason, ModelRunnerOutput, NewRequest, RequestId, RequestStatus, SampleLogprobs,
@@ -46,6 +46,9 @@ struct Parent {
     /// Child ids by completion index.
     children: Vec<RequestId>,
     num_unfinished: usize,
+    /// Most tokens one finished completion generated so far
+    /// (`vllm:request_max_num_generation_tokens`).
+    max_num_generation_tokens: usize,
 }
 
 /// One scheduler request (one completion).
@@ -59,9 +62,14 @@ struct Child {
     /// Prompt + `max_tokens`: what it holds of `Shared::waiting_tokens`
     /// until it is first scheduled.
     queued_tokens: usize,
+    /// `max_tokens` as the engine got it (`vllm:request_params_max_tokens`).
+    max_tokens: usize,
     arrival: Instant,
     first_scheduled: Option<Instant>,
+    first_token: Option<Instant>,
     last_token: Option<Instant>,
+    /// Times the scheduler preempted it.
+    num_preemptions: usize,
     /// Prompt logprobs gathered across prefill chunks until the first
     /// output carries them (`None`: not asked for).
     prompt_logprobs: Option<Vec<SampleLogprobs>>,
@@ -136,6 +144,7 @@ impl EngineCore {
             next_seq: AtomicU64::new(0),
             live_ids: Mutex::new(HashSet::new()),
             stats: Mutex::new(stats.snapshot()),
+            admission: AdmissionCounters::default(),
             stopped,
         });
         let (tx, rx) = std::sync::mpsc::channel();
@@ -258,6 +267,10 @@ impl EngineCore {
 
     fn add_request(&mut self, req: PendingRequest) {
         let n = req.params.n;
+        // Waiting from now on, until `run_step` stores the scheduler's count
+        // right after `schedule()`. Added before the pending count drops, so
+        // that the admission limit (waiting + pending) never misses it.
+        self.shared.num_waiting.fetch_add(n, Ordering::SeqCst);
         self.shared.num_pending.fetch_sub(n, Ordering::SeqCst);
         let queued_tokens = req
             .prompt_token_ids
@@ -265,6 +278,9 @@ impl EngineCore {
             .saturating_add(req.params.max_tokens);
         if self.shutdown == Some(ShutdownMode::Abort) {
             // Accepted just before the shutdown: never started.
+            self.record_unstarted(&req, FinishReason::Abort);
+            // Never waited after all (only this thread stores the count).
+            self.shared.num_waiting.fetch_sub(n, Ordering::SeqCst);
             self.release_queued_tokens(queued_tokens.saturating_mul(n));
             self.shared.release_id(&req.request_id);
             send_finished(&req.sender, n, FinishReason::Abort, None);
@@ -310,6 +326,9 @@ impl EngineCore {
                 for id in &children {
                     self.children.remove(id);
                 }
+                self.record_unstarted(&req, FinishReason::Error);
+                // Never waited after all (only this thread stores the count).
+                self.shared.num_waiting.fetch_sub(n, Ordering::SeqCst);
                 self.release_queued_tokens(queued_tokens.saturating_mul(n));
                 self.shared.release_id(&req.request_id);
                 send_finished(&req.sender, n, FinishReason::Error, Some(e.to_string()));
@@ -325,9 +344,12 @@ impl EngineCore {
                     num_output_tokens: 0,
                     num_cached_tokens: 0,
                     queued_tokens,
+                    max_tokens: req.params.max_tokens,
                     arrival: req.arrival,
                     first_scheduled: None,
+                    first_token: None,
                     last_token: None,
+                    num_preemptions: 0,
                     prompt_logprobs: wants_prompt_logprobs.then(Vec::new),
                 },
             );
@@ -342,12 +364,18 @@ impl EngineCore {
                 buffered: req.buffered,
                 children,
                 num_unfinished: n,
+                max_num_generation_tokens: 0,
             },
         );
     }
 
     fn run_step(&mut self) {
         let sched_out = self.scheduler.schedule();
+        // The admission limit's count, exact again now that the requests
+        // taken this step are either scheduled or waiting (not only after
+        // the model ran).
+        let (_, num_waiting) = self.scheduler.get_request_counts();
+        self.shared.num_waiting.store(num_waiting, Ordering::SeqCst);
         self.stalled = sched_out.is_empty() && sched_out.finished_req_ids.is_empty();
         let now = Instant::now();
         let mut started_tokens = 0usize;
@@ -361,6 +389,11 @@ impl EngineCore {
             }
         }
         self.release_queued_tokens(started_tokens);
+        for id in &sched_out.preempted_req_ids {
+            if let Some(c) = self.children.get_mut(id) {
+                c.num_preemptions += 1;
+            }
+        }
         let runner_out = match self.executor.execute(&sched_out) {
             Ok(out) => out,
             Err(e) => {
@@ -377,9 +410,11 @@ impl EngineCore {
         self.stats.record_step();
         let outputs = self.scheduler.update_from_output(&sched_out, &runner_out);
         self.collect_prompt_logprobs(&runner_out);
+        let had_outputs = !outputs.is_empty();
         for out in outputs {
             self.route(&sched_out, &runner_out, out);
         }
+        self.stats.end_step(had_outputs);
     }
 
     fn collect_prompt_logprobs(&mut self, runner_out: &ModelRunnerOutput) {
@@ -415,18 +450,25 @@ impl EngineCore {
             scheduler_finished,
         );
         let kept = step.num_kept_tokens;
+        child.num_cached_tokens = child.num_cached_tokens.max(out.num_cached_tokens);
         if kept > 0 {
             match child.last_token {
-                None => self
+                None => {
+                    child.first_token = Some(now);
+                    self.stats.record_first_token(
+                        now.saturating_duration_since(child.arrival).as_secs_f64(),
+                        child.num_prompt_tokens,
+                        child.num_cached_tokens,
+                    );
+                }
+                Some(last) => self
                     .stats
-                    .record_first_token(now - child.arrival, child.num_prompt_tokens),
-                Some(last) => self.stats.record_inter_token(now - last),
+                    .record_inter_token(now.saturating_duration_since(last).as_secs_f64()),
             }
             child.last_token = Some(now);
             self.stats.record_generation_tokens(kept);
         }
         child.num_output_tokens += kept;
-        child.num_cached_tokens = child.num_cached_tokens.max(out.num_cached_tokens);
         let logprobs: Vec<SampleLogprobs> = runner_out
             .sample_logprobs(out.index)
             .map(|lps| lps.iter().take(kept).flatten().cloned().collect())
@@ -508,22 +550,35 @@ impl EngineCore {
         };
         self.scheduler.finish_requests(&[child_id], status);
         self.release_queued_tokens(child.queued_tokens);
-        self.stats.record_finished(FinishedRequestStats {
+        // Every finished completion, aborted ones included (unlike vLLM,
+        // which drops those its client cancelled): the success counter and
+        // the finished-request histograms must count the same requests.
+        self.stats.record_finished(&FinishedRequestStats {
             reason,
-            queue_time: child.first_scheduled.map(|t| t - child.arrival),
-            e2e_latency: child.arrival.elapsed(),
+            arrival: child.arrival,
+            first_scheduled: child.first_scheduled,
+            first_token: child.first_token,
+            last_token: child.last_token,
+            finished: Instant::now(),
             num_prompt_tokens: child.num_prompt_tokens,
             num_generation_tokens: child.num_output_tokens,
+            num_cached_tokens: child.num_cached_tokens,
+            max_tokens: child.max_tokens,
+            num_preemptions: child.num_preemptions,
         });
         let done = match self.parents.get_mut(&child.parent) {
             Some(p) => {
                 p.num_unfinished -= 1;
+                p.max_num_generation_tokens =
+                    p.max_num_generation_tokens.max(child.num_output_tokens);
                 p.num_unfinished == 0
             }
             None => false,
         };
         if done {
             if let Some(p) = self.parents.remove(&child.parent) {
+                self.stats
+                    .record_request_finished(p.children.len(), p.max_num_generation_tokens);
                 self.ids.remove(&p.request_id);
                 self.shared.release_id(&p.request_id);
             }
@@ -571,6 +626,31 @@ impl EngineCore {
         }
     }
 
+    /// Stats for a request that ended before its completions reached the
+    /// scheduler (a shutdown, a scheduler refusal): each completion counts
+    /// as finished, with no phase, so that every accepted request is in
+    /// the finished-request families.
+    fn record_unstarted(&mut self, req: &PendingRequest, reason: FinishReason) {
+        let now = Instant::now();
+        let f = FinishedRequestStats {
+            reason,
+            arrival: req.arrival,
+            first_scheduled: None,
+            first_token: None,
+            last_token: None,
+            finished: now,
+            num_prompt_tokens: req.prompt_token_ids.len(),
+            num_generation_tokens: 0,
+            num_cached_tokens: 0,
+            max_tokens: req.params.max_tokens,
+            num_preemptions: 0,
+        };
+        for _ in 0..req.params.n {
+            self.stats.record_finished(&f);
+        }
+        self.stats.record_request_finished(req.params.n, 0);
+    }
+
     /// Tokens of completions that started (or ended unstarted) leave the
     /// waiting-token bound.
     fn release_queued_tokens(&self, tokens: usize) {
@@ -593,7 +673,7 @@ impl EngineCore {
             Ordering::SeqCst,
         );
         if let Ok(mut published) = self.shared.stats.lock() {
-            *published = self.stats.snapshot();
+            self.stats.publish_into(&mut published);
         }
     }
 }

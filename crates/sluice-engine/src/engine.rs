@@ -12,7 +12,7 @@ use crate::error::EngineError;
 use crate::executor::Executor;
 use crate::limits::{check_token_ids, queued_tokens, RequestLimits};
 use crate::request::{GenerateRequest, RequestOutput};
-use crate::stats::EngineStats;
+use crate::stats::{AdmissionCounters, EngineStats};
 use crate::stop::StopStrings;
 use crate::stream::RequestStream;
 use sluice_core::{FieldError, SamplingParams, SchedulerConfig, TokenId};
@@ -130,6 +130,9 @@ pub(crate) struct Shared {
     /// Caller ids of live requests (duplicates are refused).
     pub live_ids: Mutex<HashSet<String>>,
     pub stats: Mutex<EngineStats>,
+    /// Requests refused by a queue limit; counted here because refusals
+    /// happen on the callers' threads and never reach the engine thread.
+    pub admission: AdmissionCounters,
     pub stopped: watch::Sender<bool>,
 }
 
@@ -246,6 +249,7 @@ impl Engine {
             let num_waiting = shared.num_waiting.load(Ordering::SeqCst)
                 + shared.num_pending.load(Ordering::SeqCst);
             if num_waiting >= limit {
+                shared.admission.reject_queued_reqs();
                 return Err(EngineError::Overloaded { num_waiting, limit });
             }
         }
@@ -263,6 +267,7 @@ impl Engine {
             }
             let waiting_tokens = shared.waiting_tokens.load(Ordering::SeqCst);
             if waiting_tokens.saturating_add(tokens) > limit {
+                shared.admission.reject_queued_tokens();
                 return Err(EngineError::OverloadedTokens {
                     waiting_tokens,
                     limit,
@@ -342,7 +347,12 @@ impl Engine {
     pub fn stats(&self) -> EngineStats {
         let shared = &self.inner.shared;
         let mut stats = shared.stats.lock().map(|s| s.clone()).unwrap_or_default();
-        stats.num_waiting_reqs += shared.num_pending.load(Ordering::SeqCst);
+        // What the admission limit counts: the snapshot is as of the last
+        // step, while `num_waiting` already holds the requests the engine
+        // took since, and `num_pending` those it has not taken yet.
+        stats.num_waiting_reqs =
+            shared.num_waiting.load(Ordering::SeqCst) + shared.num_pending.load(Ordering::SeqCst);
+        stats.admission_rejections = shared.admission.snapshot();
         stats
     }
 

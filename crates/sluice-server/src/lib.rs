@@ -10,9 +10,11 @@
 //! `POST /tokenize`, `POST /detokenize`, `GET /metrics`.
 //!
 //! Layers, outermost first: CORS (`access.rs`, off unless configured), the
-//! API key check (`access.rs`), the whole-body read with its size and time
-//! limits (`body.rs`), then the router. Connections, their timeouts and
-//! shutdown are `conn.rs`'s.
+//! API key check (`access.rs`), the HTTP metrics (`http_metrics.rs`), the
+//! whole-body read with its size and time limits (`body.rs`), then the
+//! handler. They are `Router::layer`s, so they run after routing (the
+//! route template, `MatchedPath`, is known to them). Connections, their
+//! timeouts and shutdown are `conn.rs`'s.
 
 pub mod access;
 pub mod body;
@@ -20,6 +22,7 @@ pub mod chat;
 pub mod completions;
 pub mod conn;
 pub mod error;
+pub mod http_metrics;
 pub mod json;
 pub mod logprobs;
 pub mod metrics;
@@ -124,6 +127,13 @@ pub fn router(state: AppState, config: &ServerConfig) -> anyhow::Result<Router> 
         .layer(axum::middleware::from_fn_with_state(
             body_limits,
             body::read_whole_body,
+        ))
+        // Inside the API key check and CORS, as vLLM's instrumentator sits
+        // inside its authentication and CORS middleware: 401s and
+        // preflights are not counted, 404s, 405s and 413s are.
+        .layer(axum::middleware::from_fn_with_state(
+            http_metrics::HttpMetrics::new(),
+            http_metrics::track,
         ))
         .layer(axum::middleware::from_fn_with_state(
             ApiKeys::new(&config.api_keys),

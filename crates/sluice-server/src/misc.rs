@@ -2,6 +2,7 @@
 //! detokenize, metrics.
 
 use crate::error::ApiError;
+use crate::http_metrics::HttpMetrics;
 use crate::protocol::{
     DetokenizeRequest, DetokenizeResponse, ModelCard, ModelList, TokenizeRequest, TokenizeResponse,
 };
@@ -10,7 +11,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
 
 pub async fn models(State(state): State<AppState>) -> Json<ModelList> {
     Json(ModelList {
@@ -106,12 +107,24 @@ pub async fn detokenize(
     Ok(Json(DetokenizeResponse { prompt }))
 }
 
-pub async fn metrics(State(state): State<AppState>) -> Response {
-    let text = crate::metrics::render(&state.engine().stats(), &state.inner.model_name);
+/// The Prometheus exposition; the HTTP families come from the extension
+/// the metrics middleware puts on every request.
+pub async fn metrics(
+    State(state): State<AppState>,
+    http: Option<Extension<HttpMetrics>>,
+) -> Response {
+    let engine = state.engine();
+    let text = crate::metrics::render(
+        &engine.stats(),
+        &engine.config().scheduler,
+        &state.inner.model_name,
+        http.as_ref().map(|Extension(h)| h),
+    );
+    // prometheus_client 0.26's CONTENT_TYPE_LATEST, what vLLM answers.
     (
         [(
             header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
+            "text/plain; version=1.0.0; charset=utf-8",
         )],
         text,
     )

@@ -238,7 +238,10 @@ async fn shutdown_closes_every_connection_whatever_its_state() {
     // Half-sent body.
     let mut half_body = TcpStream::connect(s.addr).await.unwrap();
     half_body
-        .write_all(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n{\"pro")
+        .write_all(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+              Content-Length: 50\r\n\r\n{\"pro",
+        )
         .await
         .unwrap();
     // A stream its client never reads.

@@ -324,3 +324,70 @@ async fn queued_tokens_past_the_bound_get_503() {
     assert_eq!(b.await.unwrap(), 200);
     s.shutdown().await;
 }
+
+/// Rules vLLM 0.33 enforces, and its leniencies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vllm_rules_and_leniencies() {
+    let s = TestServer::start("m", None, Duration::ZERO).await;
+    let refused = [
+        (json!({"prompt": "Hi", "temperature": 2.5}), "temperature"),
+        (json!({"prompt": "Hi", "n": 2, "temperature": 0}), "n"),
+        (
+            json!({"prompt": "Hi", "stream_options": {"include_usage": true}}),
+            "stream_options",
+        ),
+        (
+            json!({"prompt": "Hi", "stream": true, "prompt_logprobs": 1}),
+            "prompt_logprobs",
+        ),
+        (json!({"prompt": "Hi", "max_tokens": 300}), "max_tokens"),
+        (
+            json!({"prompt": "Hi", "logit_bias": {"1.5": 1}}),
+            "logit_bias",
+        ),
+    ];
+    for (body, param) in refused {
+        let (status, v) = post(&s, "/v1/completions", body.clone()).await;
+        assert_eq!(status, 400, "{body}: {v}");
+        assert_eq!(v["error"]["param"], param, "{body}: {v}");
+    }
+    // max_tokens past the prompt's room is clamped; biases are clamped.
+    let (status, v) = post(
+        &s,
+        "/v1/completions",
+        json!({"prompt": "0123456789", "max_tokens": 250, "ignore_eos": true,
+               "logit_bias": {"65": 500}, "seed": -1}),
+    )
+    .await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["usage"]["completion_tokens"], 246, "{v}");
+    // Bodies must be declared JSON.
+    for content_type in [
+        None,
+        Some("text/plain"),
+        Some("application/x-www-form-urlencoded"),
+    ] {
+        let mut r = reqwest::Client::new()
+            .post(format!("{}/v1/completions", s.base()))
+            .body(r#"{"prompt": "Hi"}"#);
+        if let Some(ct) = content_type {
+            r = r.header("content-type", ct);
+        }
+        let r = r.send().await.unwrap();
+        assert_eq!(r.status(), 400, "{content_type:?}");
+        let v: Value = r.json().await.unwrap();
+        assert!(v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("application/json"));
+    }
+    let r = reqwest::Client::new()
+        .post(format!("{}/v1/completions", s.base()))
+        .header("content-type", "application/json; charset=utf-8")
+        .body(r#"{"prompt": "Hi", "max_tokens": 1}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    s.shutdown().await;
+}
