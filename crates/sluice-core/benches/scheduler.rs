@@ -1,5 +1,5 @@
 //! Scheduler overhead per step on synthetic workloads shaped like
-//! `shared/traces/bench/`: steady decode with 64 / 256 / 1024 running
+//! `tests/data/bench/`: steady decode with 64 / 256 / 1024 running
 //! requests, and a mixed workload with arrivals, shared system prefixes and
 //! chunked prefill. One iteration = one `schedule()` + scripted model +
 //! `update_from_output()`.

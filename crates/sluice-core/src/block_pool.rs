@@ -216,7 +216,8 @@ impl BlockPool {
         true
     }
 
-    /// Invariants of the pool alone (see the design doc, section 8).
+    /// Invariants of the pool alone (`docs/scheduler-semantics.md`
+    /// §Invariants, I20, I22, I24 and I27).
     pub fn check_invariants(&self) -> Result<(), String> {
         self.free.check_consistency()?;
         if self.free.contains(NULL_BLOCK) {
@@ -295,7 +296,8 @@ mod tests {
 
     #[test]
     fn with_caching_hashed_blocks_go_to_the_tail_for_lru() {
-        // The design doc's worked example: B = 4, N = 10, a 10-token prompt.
+        // docs/scheduler-semantics.md §Worked examples, E1: B = 4, N = 10, a
+        // 10-token prompt.
         let mut p = BlockPool::new(10, true).unwrap();
         let mut a = Vec::new();
         p.get_new_blocks(3, &mut a);

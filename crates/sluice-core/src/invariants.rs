@@ -1,5 +1,7 @@
-//! The scheduler's invariants (the design doc's section 8), checked from
-//! outside after every call by the property tests and the debug replay.
+//! The scheduler's invariants (`docs/scheduler-semantics.md` §Invariants;
+//! those marked † there follow from the code's structure and are not
+//! checked here), checked from outside: after every call by the property
+//! tests, and at chosen points by the scenario tests.
 //! Each check returns a message naming the first violation.
 
 use crate::block_pool::NULL_BLOCK;

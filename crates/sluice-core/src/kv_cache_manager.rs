@@ -326,7 +326,8 @@ mod tests {
         assert_eq!(m.get_computed_blocks(&b, &mut hit), 0);
     }
 
-    /// The design doc's worked example (B = 4, N = 10, a 10-token prompt).
+    /// `docs/scheduler-semantics.md` §Worked examples, E1 (B = 4, N = 10, a
+    /// 10-token prompt).
     #[test]
     fn hits_revive_freed_blocks_and_the_gate_counts_them() {
         let mut m = manager(10, 4, true);

@@ -1,5 +1,5 @@
 //! Replays a trace through the scheduler with a scripted model, producing
-//! the decision log of `shared/spec/scheduler-trace.md`.
+//! the decision log of `docs/scheduler-trace.md`.
 //!
 //! The step loop: arrivals (listed order), aborts (listed order, one call
 //! each), `schedule()`, the scripted model (every request whose computed

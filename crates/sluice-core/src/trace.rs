@@ -1,4 +1,4 @@
-//! Scheduler traces (`shared/spec/scheduler-trace.md`): parsing and
+//! Scheduler traces (`docs/scheduler-trace.md`): parsing and
 //! validation. Every error names the offending field the way a user would
 //! find it in the file, e.g. `requests[3].prompt: expected an array of token
 //! ids`.

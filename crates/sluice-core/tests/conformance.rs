@@ -73,7 +73,8 @@ fn every_golden_trace_replays_block_equivalent() {
     );
 }
 
-/// The seed article's worked example (`shared/seeds/003_*.txt`, section 19):
+/// The seed article's worked example (`docs/scheduler-semantics.md`
+/// §Worked examples, E3):
 /// A (100-token prompt, 4 outputs), B (200, 2), C (50, 3); budget 256,
 /// max_num_seqs 4, no chunked prefill, no prefix caching.
 ///

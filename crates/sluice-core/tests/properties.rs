@@ -1,6 +1,7 @@
 //! Property tests: random configurations and workloads driven through
 //! `schedule` / `update_from_output` / aborts for thousands of steps,
-//! checking every invariant of the design doc's section 8 after every call.
+//! checking the invariants of `docs/scheduler-semantics.md` §Invariants
+//! (all but those marked † there) after every call.
 
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;

@@ -71,7 +71,8 @@ fn max_num_seqs_limits_running_not_scheduled() {
     assert_eq!(s.get_request_counts(), (2, 1));
 }
 
-/// The design doc's FCFS example: caching off, B = 4, N = 6.
+/// `docs/scheduler-semantics.md` §Worked examples, E2: FCFS, caching off,
+/// B = 4, N = 6.
 #[test]
 fn fcfs_preempts_the_running_tail_and_self_preemption_ends_the_loop() {
     let mut s = sched(config(4, 6));

@@ -1,5 +1,6 @@
 //! Small helpers that build a scheduler in one line and step it with a
-//! scripted model, so scenarios read like the design doc's examples.
+//! scripted model, so scenarios read like the worked examples of
+//! `docs/scheduler-semantics.md`.
 #![allow(dead_code)]
 
 use sluice_core::{
