@@ -7,7 +7,8 @@
 //! hostile or fuzzed trace is refused with such an error instead of making
 //! the replay allocate without bound or overflow: the limits are far above
 //! any real trace (the largest benchmark trace is 13 MB with 3,600
-//! requests, 147,712 blocks and 100,000 steps).
+//! requests, 147,712 blocks and 600 steps; the decode ones allow 100,000
+//! steps).
 
 use crate::block_hash::HashAlgo;
 use crate::config::{SchedulerConfig, SchedulingPolicy, MAX_MODEL_LEN};
