@@ -36,7 +36,8 @@ enum Command {
     /// Benchmark the model runner on dummy weights (prefill, decode at
     /// several concurrency levels, peak memory).
     BenchModel(bench_model::BenchModelArgs),
-    /// Load-test an OpenAI-compatible server (sluice, vLLM, ...).
+    /// Benchmark an OpenAI-compatible server (sluice, vLLM, ...) as `vllm
+    /// bench serve` does, with sluice's load-test extras.
     Bench(bench::BenchArgs),
 }
 

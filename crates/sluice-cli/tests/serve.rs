@@ -111,8 +111,8 @@ fn spawn_serve(
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let mut child = cmd.spawn().expect("sluice serve starts");
-    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let mut child = Serve(cmd.spawn().expect("sluice serve starts"));
+    let mut lines = BufReader::new(child.0.stderr.take().expect("stderr")).lines();
     let mut log = Vec::new();
     for line in lines.by_ref() {
         let line = line.expect("a log line");
@@ -120,7 +120,7 @@ fn spawn_serve(
         if let Some(rest) = line.split("on http://").nth(1) {
             let addr = rest.split_whitespace().next().unwrap_or_default();
             let port = addr.rsplit(':').next().unwrap_or_default();
-            return (Serve(child), format!("http://127.0.0.1:{port}"), log, lines);
+            return (child, format!("http://127.0.0.1:{port}"), log, lines);
         }
     }
     panic!("no listening line in {log:?}");

@@ -21,6 +21,8 @@ pub async fn models(State(state): State<AppState>) -> Json<ModelList> {
             object: "model",
             created: state.inner.started,
             owned_by: "sluice",
+            root: state.inner.model_name.clone(),
+            parent: None,
             max_model_len: state.inner.max_model_len,
         }],
     })

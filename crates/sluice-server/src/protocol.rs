@@ -263,6 +263,11 @@ pub struct ModelCard {
     pub object: &'static str,
     pub created: u64,
     pub owned_by: &'static str,
+    /// vLLM's extension: what the model was loaded from (`vllm bench
+    /// serve` reads it as the model id when given no `--model`).
+    pub root: String,
+    /// vLLM's extension: the base model of a LoRA adapter; always null.
+    pub parent: Option<String>,
     pub max_model_len: usize,
 }
 
