@@ -4,58 +4,15 @@
 //! followed by the KV-drain check. No timing is asserted.
 
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
+mod common;
+
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 
-struct Server {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_server() -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args([
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--kv-cache-memory",
-            "16MiB",
-            "--threads",
-            "1",
-        ])
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("sluice serve starts");
-    let stderr = child.stderr.take().expect("stderr");
-    let mut lines = BufReader::new(stderr).lines();
-    // "sluice: serving "tiny" on http://127.0.0.1:PORT (...)"
-    let mut url = None;
-    let mut log = Vec::new();
-    for line in lines.by_ref() {
-        let line = line.expect("a log line");
-        log.push(line.clone());
-        if let Some(rest) = line.split("on http://").nth(1) {
-            url = rest
-                .split_whitespace()
-                .next()
-                .map(|a| format!("http://{a}"));
-            break;
-        }
-    }
-    let url = url.unwrap_or_else(|| panic!("no listening line in {log:?}"));
-    // Keep reading the log so that the server never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    Server { child, url }
+fn start_server() -> common::Serve {
+    let mut serve = common::spawn_serve(&[], &[]);
+    serve.drain_log();
+    serve
 }
 
 fn bench(args: &[&str]) -> Output {
