@@ -1,0 +1,91 @@
+//! [`MappedBytes`]: a range of a memory-mapped file that owns a share of
+//! the mapping.
+//!
+//! A quantized model's weights are used straight from the file's pages;
+//! copying them into the heap would double the resident memory during load
+//! and gain nothing. A weight that holds a `MappedBytes` keeps the mapping
+//! alive through an `Arc`, so it needs no lifetime tied to the
+//! [`crate::GgufFile`] it came from.
+
+use memmap2::Mmap;
+use std::fmt;
+use std::ops::{Deref, Range};
+use std::sync::Arc;
+
+/// A byte range of a mapped GGUF file (typically one tensor's data),
+/// dereferencing to `[u8]`. Cheap to clone: clones share the mapping.
+///
+/// The start of a tensor's bytes is aligned as the file says
+/// (`general.alignment`, 32 by default) relative to the mapping, which
+/// itself starts on a page boundary.
+#[derive(Clone)]
+pub struct MappedBytes {
+    map: Arc<Mmap>,
+    start: usize,
+    end: usize,
+}
+
+impl MappedBytes {
+    /// The range `range` of `map`; `None` when it does not lie inside it.
+    pub fn new(map: Arc<Mmap>, range: Range<usize>) -> Option<MappedBytes> {
+        if range.start > range.end || range.end > map.len() {
+            return None;
+        }
+        Some(MappedBytes {
+            map,
+            start: range.start,
+            end: range.end,
+        })
+    }
+
+    /// The bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        // The range was checked against the mapping when this was made, and
+        // a mapping never shrinks; `get` only keeps this free of a panic
+        // path.
+        self.map.get(self.start..self.end).unwrap_or(&[])
+    }
+
+    /// The range inside the mapped file.
+    pub fn range(&self) -> Range<usize> {
+        self.start..self.end
+    }
+
+    /// The whole mapping these bytes are part of.
+    pub fn mmap(&self) -> &Arc<Mmap> {
+        &self.map
+    }
+
+    /// A sub-range, relative to these bytes (`0..len()` is all of them);
+    /// `None` when it does not lie inside them.
+    pub fn slice(&self, range: Range<usize>) -> Option<MappedBytes> {
+        if range.start > range.end || range.end > self.end - self.start {
+            return None;
+        }
+        Some(MappedBytes {
+            map: Arc::clone(&self.map),
+            start: self.start + range.start,
+            end: self.start + range.end,
+        })
+    }
+}
+
+impl Deref for MappedBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+impl AsRef<[u8]> for MappedBytes {
+    fn as_ref(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+/// Shows the range, not the bytes: a tensor may be gigabytes.
+impl fmt::Debug for MappedBytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "MappedBytes({}..{})", self.start, self.end)
+    }
+}
