@@ -11,8 +11,9 @@ use crate::exit::{bad_config, config_error};
 use anyhow::{Context, Result};
 use clap::Args;
 use sluice_core::{HashAlgo, SchedulerConfig, SchedulingPolicy};
-use sluice_engine::{Engine, EngineConfig, KvCacheSize, ModelExecutor, Tokenizer};
-use sluice_model::{DType, LoadFormat, ModelSpec};
+use sluice_engine::{Engine, EngineConfig, Tokenizer};
+use sluice_model::kernels::QuantFormat;
+use sluice_model::{DType, KvCacheSize, LoadFormat, ModelExecutor, ModelSpec};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -23,12 +24,13 @@ pub const DEFAULT_BUILTIN: &str = "tiny";
 #[derive(Args, Clone, Debug)]
 pub struct ModelArgs {
     /// A Hugging Face model directory (config.json, *.safetensors,
-    /// tokenizer.json), or a Hugging Face Hub model id ORG/NAME (ORG/NAME:QUANT
-    /// for a GGUF repository, e.g. :Q4_K_M) downloaded into the Hugging Face
-    /// cache (HF_HOME, HF_ENDPOINT, HF_TOKEN, HF_HUB_OFFLINE apply). An
-    /// existing path always wins. Without it (and without --builtin) the
-    /// built-in tiny model runs.
-    #[arg(long, value_name = "DIR|ORG/NAME")]
+    /// tokenizer.json), a GGUF file (llama.cpp's format; a directory holding
+    /// one, or the first part of a split set), or a Hugging Face Hub model
+    /// id ORG/NAME (ORG/NAME:QUANT for a GGUF repository, Q4_K_M when no
+    /// quant is given) downloaded into the Hugging Face cache (HF_HOME,
+    /// HF_ENDPOINT, HF_TOKEN, HF_HUB_OFFLINE apply). An existing path always
+    /// wins. Without it (and without --builtin) the built-in tiny model runs.
+    #[arg(long, value_name = "DIR|FILE.gguf|ORG/NAME")]
     pub model: Option<String>,
     /// The branch, tag or commit of a hub --model [default: main].
     #[arg(long, value_name = "REV", requires = "model")]
@@ -45,9 +47,16 @@ pub struct ModelArgs {
     /// config's shape, no weight files needed).
     #[arg(long, value_name = "FORMAT", default_value = "auto")]
     pub load_format: LoadFormat,
-    /// Weight dtype: auto (the checkpoint's), f32 or bf16.
+    /// Weight dtype: auto (the checkpoint's; a GGUF file's tensors as
+    /// stored), f32 or bf16 (a GGUF file's float tensors converted; its
+    /// quantized ones stay as they are).
     #[arg(long, value_name = "DTYPE", default_value = "auto")]
     pub dtype: DType,
+    /// Quantize the linear weights of a float checkpoint (safetensors, or a
+    /// GGUF file's float tensors) at load: q8_0 (near lossless, half of
+    /// bf16's bytes) or q4_0 (a quarter), llama.cpp's block formats.
+    #[arg(long, value_name = "TYPE", value_parser = parse_quantization)]
+    pub quantization: Option<QuantFormat>,
     /// Seed of dummy weights and of the default per-request sampling seeds.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub model_seed: u64,
@@ -177,6 +186,35 @@ fn model_label(r: &crate::hub::ResolvedModel) -> String {
     }
 }
 
+/// `q8_0`, `q4_0`, ...: the formats that can be made at load.
+fn parse_quantization(s: &str) -> Result<QuantFormat, String> {
+    match QuantFormat::from_name(s) {
+        Some(f) if f.can_quantize() && !f.is_float() => Ok(f),
+        _ => Err(format!(
+            "{s:?} is not a format sluice quantizes to at load (q8_0, q4_0, q4_1, q5_0, q5_1)"
+        )),
+    }
+}
+
+/// The served name of a GGUF model file.
+fn gguf_model_name(path: &std::path::Path) -> String {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let stem = name.strip_suffix(".gguf").unwrap_or(&name);
+    // `NAME-00001-of-00003`: the set's name.
+    match stem
+        .rsplit_once("-of-")
+        .and_then(|(head, _)| head.rsplit_once('-'))
+    {
+        Some((base, part)) if part.len() == 5 && part.bytes().all(|b| b.is_ascii_digit()) => {
+            base.to_string()
+        }
+        _ => stem.to_string(),
+    }
+}
+
 /// Loads the model and tokenizer and builds the engine configuration.
 pub fn prepare_engine(model: &ModelArgs, sched: &SchedulerArgs) -> Result<PreparedEngine> {
     if let Some(n) = model.threads {
@@ -216,14 +254,28 @@ pub fn prepare_engine(model: &ModelArgs, sched: &SchedulerArgs) -> Result<Prepar
         },
         dtype: model.dtype,
         seed: model.model_seed,
+        quantization: model.quantization,
     };
     let loaded = sluice_model::load_model(&spec).with_context(|| match &resolved {
         Some(r) => model_label(r),
         None => format!("--builtin {}", builtin.as_deref().unwrap_or_default()),
     })?;
-    let tokenizer = match &resolved {
-        Some(r) => Tokenizer::from_dir(&r.path).with_context(|| model_label(r))?,
-        None => Tokenizer::builtin(),
+    let tokenizer = match (&resolved, &loaded.gguf) {
+        (Some(r), Some(gguf)) => {
+            for line in &gguf.sampling_defaults {
+                eprintln!(
+                    "sluice: the GGUF file recommends {line} (not applied: requests set their \
+                     own sampling)"
+                );
+            }
+            let tok = Tokenizer::from_gguf_vocab(&gguf.vocab).with_context(|| model_label(r))?;
+            for w in tok.warnings() {
+                eprintln!("sluice: tokenizer: {w}");
+            }
+            tok
+        }
+        (Some(r), None) => Tokenizer::from_dir(&r.path).with_context(|| model_label(r))?,
+        (None, _) => Tokenizer::builtin(),
     };
     let model_name = match (&resolved, &builtin) {
         // Clients see a hub model under its id, as vLLM does.
@@ -233,6 +285,13 @@ pub fn prepare_engine(model: &ModelArgs, sched: &SchedulerArgs) -> Result<Prepar
             }),
             _,
         ) => id.clone(),
+        // A GGUF file: its name without `.gguf` (and without a split
+        // suffix), e.g. `SmolLM2-135M-Instruct.Q4_1`.
+        (Some(_), _) if loaded.gguf.is_some() => loaded
+            .gguf
+            .as_ref()
+            .map(|g| gguf_model_name(&g.path))
+            .unwrap_or_default(),
         (Some(crate::hub::ResolvedModel { path: dir, .. }), _) => dir
             .canonicalize()
             .ok()

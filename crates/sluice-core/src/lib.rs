@@ -4,13 +4,15 @@
 //!
 //! Pure and deterministic: no I/O, no threads, no tensors. The engine calls
 //! `Scheduler::schedule()`, runs the model on the returned
-//! `SchedulerOutput`, and hands the sampled tokens back through
-//! `Scheduler::update_from_output()`.
+//! `SchedulerOutput` through an [`Executor`] (the trait lives here so model
+//! crates implement it without depending on the engine), and hands the
+//! sampled tokens back through `Scheduler::update_from_output()`.
 
 pub mod block_hash;
 pub mod block_pool;
 pub mod config;
 pub mod error;
+pub mod executor;
 pub mod free_queue;
 pub mod invariants;
 pub mod kv_cache_manager;
@@ -29,6 +31,7 @@ mod update;
 pub use block_hash::{BlockHash, BlockHasher, HashAlgo};
 pub use config::{SchedulerConfig, SchedulingPolicy};
 pub use error::FieldError;
+pub use executor::Executor;
 pub use output::{
     CachedRequestData, EngineCoreOutput, ModelRunnerOutput, NewRequestData, ReqHandle,
     SampleLogprobs, ScheduledRequest, SchedulerOutput, TokenLogprob,

@@ -24,7 +24,7 @@ use sluice_core::{
     FinishReason, ModelRunnerOutput, NewRequest, RequestId, RequestStatus, SampleLogprobs,
     Scheduler, SchedulerOutput, StopReason as CoreStopReason,
 };
-use sluice_model::tokenizer::Tokenizer;
+use sluice_tokenizer::Tokenizer;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};

@@ -15,7 +15,7 @@
 //! span, or at `flush`.
 
 use sluice_core::TokenId;
-use sluice_model::tokenizer::Tokenizer;
+use sluice_tokenizer::Tokenizer;
 
 /// Prompt tokens decoded before the first output token, so the first
 /// token's text is rendered in context (vLLM uses the same 5).

@@ -16,7 +16,7 @@ use crate::stats::{AdmissionCounters, EngineStats};
 use crate::stop::StopStrings;
 use crate::stream::RequestStream;
 use sluice_core::{FieldError, SamplingParams, SchedulerConfig, TokenId};
-use sluice_model::tokenizer::Tokenizer;
+use sluice_tokenizer::Tokenizer;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;

@@ -11,9 +11,10 @@
 //!   returns a [`RequestStream`]), `abort`, `stats`, `shutdown`.
 //! - [`EngineCore`]: the synchronous step loop, run on a dedicated OS thread
 //!   by `Engine::start`, or driven step by step.
-//! - [`Executor`]: what computes tokens; [`ScriptedExecutor`] is a
-//!   deterministic fake model for tests, [`ModelExecutor`] wraps
-//!   sluice-model's `ModelRunner`.
+//! - [`Executor`]: what computes tokens (the trait is sluice-core's, so the
+//!   engine depends on no model crate); [`ScriptedExecutor`] is a
+//!   deterministic fake model for tests, and sluice-model's `ModelExecutor`
+//!   wraps its `ModelRunner`.
 //!
 //! Typical use from an async server:
 //!
@@ -47,13 +48,13 @@ pub mod stream;
 pub use crate::core::EngineCore;
 pub use engine::{Engine, EngineConfig, ShutdownMode};
 pub use error::EngineError;
-pub use executor::{Executor, KvCacheSize, ModelExecutor, ScriptedExecutor, SeqView};
+pub use executor::{Executor, ScriptedExecutor, SeqView};
 pub use limits::RequestLimits;
 pub use request::{Finished, GenerateRequest, RequestOutput, StopReason, Usage};
 pub use sluice_core::{
     FieldError, FinishReason, SampleLogprobs, SamplingParams, SchedulerConfig, SchedulingPolicy,
     TokenId, TokenLogprob,
 };
-pub use sluice_model::tokenizer::{ChatMessage, ChatTemplateError, Tokenizer};
+pub use sluice_tokenizer::{ChatMessage, ChatTemplateError, Tokenizer};
 pub use stats::{EngineStats, FinishCounts, Histogram};
 pub use stream::RequestStream;

@@ -8,7 +8,7 @@
 use crate::detokenizer::IncrementalDetokenizer;
 use crate::stop::{StopState, StopStrings};
 use sluice_core::{SamplingParams, TokenId};
-use sluice_model::tokenizer::Tokenizer;
+use sluice_tokenizer::Tokenizer;
 use std::sync::Arc;
 
 /// What one step's tokens produced.

@@ -3,10 +3,10 @@
 
 use serde_json::Value;
 use sluice_engine::{
-    Engine, EngineConfig, FinishReason, GenerateRequest, KvCacheSize, ModelExecutor,
-    SamplingParams, SchedulerConfig, ShutdownMode, StopReason, Tokenizer,
+    Engine, EngineConfig, FinishReason, GenerateRequest, SamplingParams, SchedulerConfig,
+    ShutdownMode, StopReason, Tokenizer,
 };
-use sluice_model::{DType, LoadFormat, ModelSpec};
+use sluice_model::{DType, KvCacheSize, LoadFormat, ModelExecutor, ModelSpec};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -36,6 +36,7 @@ fn start(num_blocks: usize) -> Engine {
         load_format: LoadFormat::Auto,
         dtype: DType::F32,
         seed: 0,
+        quantization: None,
     })
     .unwrap();
     let tokenizer = Tokenizer::from_dir(&fixture()).unwrap();

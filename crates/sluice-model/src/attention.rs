@@ -25,7 +25,8 @@
 //!
 //! Kernels: an AVX-512F one written with `std::arch` intrinsics, and a
 //! portable one compiled twice (with AVX2+FMA enabled, and plain), picked at
-//! run time by CPU feature detection.
+//! run time by the kernels' one dispatch (`kernels::kernel_path` of
+//! `KernelFamily::Attention`).
 
 #[cfg(target_arch = "x86_64")]
 mod avx512;
@@ -216,18 +217,18 @@ pub fn paged_attention(
 
 type Kernel = unsafe fn(&Item<'_>, &mut [f32], &mut Scratch);
 
+/// The attention kernel of the path `kernels::kernel_path` gives the
+/// attention family (so `SLUICE_KERNEL` / `set_kernel_path` steer it like
+/// every other kernel).
 fn select_kernel() -> Kernel {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            return avx512::attend;
-        }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-        {
-            return portable::attend_avx2;
-        }
+    use crate::kernels::{kernel_path, KernelFamily, KernelPath};
+    match kernel_path(KernelFamily::Attention) {
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx512 => avx512::attend,
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx2 => portable::attend_avx2,
+        _ => portable::attend_plain,
     }
-    portable::attend_plain
 }
 
 /// The portable kernel, whatever the CPU (for tests comparing paths).

@@ -4,32 +4,18 @@
 //! Promises: a `ModelConfig` that parses is internally consistent (heads
 //! divide evenly into KV groups, head_dim is even for RoPE, every size is at
 //! least 1), so the model code can index without re-checking. Errors name the
-//! file and the field. Only what this runner implements is accepted: Qwen2
-//! and Llama (Mistral-style checkpoints included) with SiLU MLPs, RoPE with
-//! no / linear / llama3 scaling.
+//! file and the field. Only what this runner implements is accepted: the
+//! architectures of `model/arch/` (Qwen2, Qwen3, Llama with Mistral-style
+//! checkpoints) with SiLU MLPs, RoPE with no / linear / llama3 scaling. What
+//! differs between architectures (the layer's pieces, the sliding-window
+//! rule, the default head_dim) is asked of the architecture's `Arch`; the
+//! fields every family shares are read here.
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Deserialize;
 use std::path::Path;
 
-/// The decoder families this runner implements.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Architecture {
-    /// `Qwen2ForCausalLM`: biased q/k/v projections.
-    Qwen2,
-    /// `LlamaForCausalLM` (and `MistralForCausalLM` without a sliding window).
-    Llama,
-}
-
-impl Architecture {
-    fn from_hf_name(name: &str) -> Option<Self> {
-        match name {
-            "Qwen2ForCausalLM" => Some(Self::Qwen2),
-            "LlamaForCausalLM" | "MistralForCausalLM" => Some(Self::Llama),
-            _ => None,
-        }
-    }
-}
+pub use crate::model::arch::{Architecture, ConfigSwitches, LayerPieces};
 
 /// How RoPE frequencies are adjusted for long contexts (`rope_scaling`).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -72,10 +58,14 @@ pub struct ModelConfig {
     pub rope_theta: f64,
     pub rope_scaling: RopeScaling,
     pub tie_word_embeddings: bool,
-    /// Bias on q/k/v (always for Qwen2) ...
+    /// The layer's pieces (see [`LayerPieces`], which the architecture
+    /// decides): bias on q/k/v (always for Qwen2) ...
     pub qkv_bias: bool,
-    /// ... and on o_proj (Llama's `attention_bias` covers both).
+    /// ... and on o_proj (Llama's and Qwen3's `attention_bias` covers both),
     pub o_bias: bool,
+    /// per-head RMSNorm of q and k (Qwen3),
+    pub qk_norm: bool,
+    /// biases on gate / up / down.
     pub mlp_bias: bool,
     pub bos_token_id: Option<u32>,
     pub eos_token_ids: Vec<u32>,
@@ -87,6 +77,25 @@ impl ModelConfig {
     /// Query heads sharing one KV head.
     pub fn num_queries_per_kv(&self) -> usize {
         self.num_attention_heads / self.num_key_value_heads
+    }
+
+    /// The layer's pieces, as one value.
+    pub fn pieces(&self) -> LayerPieces {
+        LayerPieces {
+            qkv_bias: self.qkv_bias,
+            o_bias: self.o_bias,
+            qk_norm: self.qk_norm,
+            mlp_bias: self.mlp_bias,
+        }
+    }
+
+    /// Sets the layer's pieces (a loader that built the config from another
+    /// format: `Architecture::def().pieces(..)`).
+    pub fn set_pieces(&mut self, p: LayerPieces) {
+        self.qkv_bias = p.qkv_bias;
+        self.o_bias = p.o_bias;
+        self.qk_norm = p.qk_norm;
+        self.mlp_bias = p.mlp_bias;
     }
 
     /// Width of the fused q/k/v projection output.
@@ -105,6 +114,9 @@ impl ModelConfig {
         }
         if self.o_bias {
             layer += h;
+        }
+        if self.qk_norm {
+            layer += 2 * hd;
         }
         if self.mlp_bias {
             layer += 2 * i + h;
@@ -281,31 +293,21 @@ fn required(v: Option<usize>, field: &str) -> Result<usize> {
 impl RawConfig {
     fn into_config(self) -> Result<ModelConfig> {
         let names = self.architectures.clone().unwrap_or_default();
-        let architecture = names
-            .iter()
-            .find_map(|n| Architecture::from_hf_name(n))
-            .or(match self.model_type.as_deref() {
-                Some("qwen2") if names.is_empty() => Some(Architecture::Qwen2),
-                Some("llama") | Some("mistral") if names.is_empty() => Some(Architecture::Llama),
-                _ => None,
-            })
-            .ok_or_else(|| {
+        let architecture =
+            Architecture::from_hf(&names, self.model_type.as_deref()).ok_or_else(|| {
                 anyhow!(
-                    "unsupported architecture {names:?} (model_type {:?}); supported: \
-                     Qwen2ForCausalLM, LlamaForCausalLM, MistralForCausalLM",
-                    self.model_type
+                    "unsupported architecture {names:?} (model_type {:?}); supported: {}",
+                    self.model_type,
+                    Architecture::supported_hf_names().join(", ")
                 )
             })?;
+        let arch = architecture.def();
         if let Some(act) = &self.hidden_act {
             if act != "silu" && act != "swish" {
                 bail!("config field `hidden_act` is {act:?}; only \"silu\" is supported");
             }
         }
-        let sliding_on = match architecture {
-            // Qwen2 only slides when `use_sliding_window` is set.
-            Architecture::Qwen2 => self.use_sliding_window.unwrap_or(false),
-            Architecture::Llama => true,
-        };
+        let sliding_on = arch.hf_sliding_window_in_force(self.use_sliding_window);
         let max_position_embeddings =
             required(self.max_position_embeddings, "max_position_embeddings")?;
         if sliding_on {
@@ -326,15 +328,14 @@ impl RawConfig {
         }
         let head_dim = match self.head_dim {
             Some(d) => d,
-            None => {
-                if hidden_size % num_attention_heads != 0 {
-                    bail!(
+            None => arch
+                .hf_default_head_dim(hidden_size, num_attention_heads)
+                .ok_or_else(|| {
+                    anyhow!(
                         "config: hidden_size ({hidden_size}) is not a multiple of \
                          num_attention_heads ({num_attention_heads}) and no head_dim is given"
-                    );
-                }
-                hidden_size / num_attention_heads
-            }
+                    )
+                })?,
         };
 
         let params = self.rope_parameters.as_ref();
@@ -354,8 +355,11 @@ impl RawConfig {
             Some("float16") => Some(CheckpointDType::F16),
             _ => None,
         };
-        let attention_bias = self.attention_bias.unwrap_or(false);
-        let config = ModelConfig {
+        let pieces = arch.pieces(ConfigSwitches {
+            attention_bias: self.attention_bias,
+            mlp_bias: self.mlp_bias,
+        });
+        let mut config = ModelConfig {
             architecture,
             hidden_size,
             num_hidden_layers: required(self.num_hidden_layers, "num_hidden_layers")?,
@@ -369,9 +373,10 @@ impl RawConfig {
             rope_theta,
             rope_scaling,
             tie_word_embeddings: self.tie_word_embeddings.unwrap_or(false),
-            qkv_bias: architecture == Architecture::Qwen2 || attention_bias,
-            o_bias: architecture == Architecture::Llama && attention_bias,
-            mlp_bias: self.mlp_bias.unwrap_or(false),
+            qkv_bias: false,
+            o_bias: false,
+            qk_norm: false,
+            mlp_bias: false,
             bos_token_id: self.bos_token_id,
             eos_token_ids: self
                 .eos_token_id
@@ -379,6 +384,7 @@ impl RawConfig {
                 .unwrap_or_default(),
             checkpoint_dtype,
         };
+        config.set_pieces(pieces);
         config.validate()?;
         Ok(config)
     }
@@ -507,10 +513,41 @@ mod tests {
     }
 
     #[test]
+    fn parses_qwen3_with_its_own_head_dim() {
+        let text = QWEN
+            .replace("Qwen2ForCausalLM", "Qwen3ForCausalLM")
+            .replace("\"hidden_size\":64,", "\"hidden_size\":64,\"head_dim\":32,");
+        let c = ModelConfig::from_json(&text).unwrap();
+        assert_eq!(c.architecture, Architecture::Qwen3);
+        assert_eq!(c.head_dim, 32, "head_dim from the config, not 64 / 4");
+        assert!(c.qk_norm && !c.qkv_bias && !c.o_bias && !c.mlp_bias);
+        assert_eq!(c.qkv_size(), (4 + 2 * 2) * 32);
+        // Without head_dim, transformers' Qwen3 default (128) applies.
+        let text = QWEN.replace("Qwen2ForCausalLM", "Qwen3ForCausalLM");
+        assert_eq!(ModelConfig::from_json(&text).unwrap().head_dim, 128);
+        // attention_bias biases q/k/v and o together.
+        let text = text.replace(
+            "\"eos_token_id\"",
+            "\"attention_bias\":true,\"eos_token_id\"",
+        );
+        let c = ModelConfig::from_json(&text).unwrap();
+        assert!(c.qkv_bias && c.o_bias && c.qk_norm);
+        let mut p = c.num_parameters();
+        p -= c.num_hidden_layers * (c.qkv_size() + c.hidden_size + 2 * c.head_dim);
+        let mut plain = c.clone();
+        plain.set_pieces(LayerPieces::default());
+        assert_eq!(p, plain.num_parameters());
+    }
+
+    #[test]
     fn rejects_unknown_architecture_by_name() {
         let text = QWEN.replace("Qwen2ForCausalLM", "GPT2LMHeadModel");
         let e = format!("{:#}", ModelConfig::from_json(&text).unwrap_err());
         assert!(e.contains("GPT2LMHeadModel"), "{e}");
+        assert!(
+            e.contains("Qwen3ForCausalLM"),
+            "lists what is supported: {e}"
+        );
     }
 
     #[test]

@@ -1,69 +1,46 @@
-//! The decoder-only transformer (Qwen2 / Llama): its weights and the
-//! forward pass over a flattened, paged batch.
+//! The decoder-only transformer: its weights and the forward pass over a
+//! flattened, paged batch, for every architecture of `arch/`.
 //!
 //! Owns the weights, fused at load time: q/k/v into one `qkv_proj` and
-//! gate/up into one `gate_up_proj`, so a layer makes four matmul calls. Norm
-//! weights and biases are f32; linear weights and the embedding are f32 or
-//! bf16 (the bf16 matmul path takes them as they are). Activations are f32.
+//! gate/up into one `gate_up_proj` (when their formats agree; see
+//! `linear`), so a layer makes four matmul calls. Norm weights and biases
+//! are f32; linear weights and the embedding are in the format the weight
+//! source hands out (f32 or bf16 today; the bf16 matmul path takes them as
+//! they are). Activations are f32.
 //!
-//! Submodules: `batch` (the flattened step input), `rope`, `ops`
-//! (elementwise), `forward` (the pass itself), `loader` (`load_model`,
-//! `ModelSpec`).
+//! Submodules: `arch` (one file per architecture and the seam they
+//! implement: names, config interpretation, which pieces a layer has),
+//! `layers` (the shared pieces: attention block, MLP block, the loader by
+//! tensor role), `linear` (linear layers, fused or made of parts), `batch`
+//! (the flattened step input), `rope`, `ops` (elementwise), `forward` (the
+//! pass itself), `loader` (`load_model`, `ModelSpec`).
 
+pub mod arch;
 mod batch;
 mod forward;
+mod layers;
+mod linear;
 mod loader;
 mod ops;
 mod rope;
 
+pub use arch::{Arch, Architecture, LayerPieces, Role, TensorId, TensorNaming};
 pub use batch::{ForwardBatch, SeqSlice};
 pub use forward::Workspace;
-pub use loader::{load_dummy, load_model, DType, LoadFormat, LoadedModel, ModelSpec};
+pub use layers::{Attention, DecoderLayer, Mlp, QkNorm};
+pub use linear::{Linear, LinearPart, LinearWeight};
+pub use loader::{load_dummy, load_model, DType, GgufInfo, LoadFormat, LoadedModel, ModelSpec};
 pub use rope::Rope;
 
 use crate::config::ModelConfig;
 use crate::weights::{TensorSource, Weight, WeightDType};
 use anyhow::{Context, Result};
-
-/// A linear layer `y = x·Wᵀ + b` with `W` row-major `[out × in]`.
-#[derive(Clone, Debug)]
-pub struct Linear {
-    pub weight: Weight,
-    pub bias: Option<Vec<f32>>,
-    pub in_features: usize,
-    pub out_features: usize,
-}
-
-impl Linear {
-    /// `out[m × out_features] = x[m × in_features]·Wᵀ (+ b)`, the bias
-    /// added inside the kernel's store (no second pass over `out`).
-    pub fn forward(&self, x: &[f32], m: usize, out: &mut [f32]) {
-        let w = self.weight.as_weight_ref();
-        match &self.bias {
-            Some(b) => {
-                crate::kernels::matmul_bias(x, m, self.in_features, w, b, self.out_features, out)
-            }
-            None => crate::kernels::matmul(x, m, self.in_features, w, self.out_features, out),
-        }
-    }
-}
-
-/// One transformer block.
-#[derive(Clone, Debug)]
-pub struct DecoderLayer {
-    pub input_layernorm: Vec<f32>,
-    /// Rows: q heads, then k heads, then v heads.
-    pub qkv_proj: Linear,
-    pub o_proj: Linear,
-    pub post_attention_layernorm: Vec<f32>,
-    /// Rows: gate, then up.
-    pub gate_up_proj: Linear,
-    pub down_proj: Linear,
-}
+use layers::Loader;
 
 /// A loaded model, shareable across threads (`Arc<Model>`).
 pub struct Model {
     pub config: ModelConfig,
+    /// What linear weights and the embedding were asked for in.
     pub dtype: WeightDType,
     /// `[vocab × hidden]`.
     pub embed_tokens: Weight,
@@ -94,38 +71,12 @@ impl<T> SyncPtr<T> {
     }
 }
 
-fn linear(
-    source: &dyn TensorSource,
-    parts: &[(String, usize)],
-    in_features: usize,
-    with_bias: bool,
-    dtype: WeightDType,
-) -> Result<Linear> {
-    let weights: Vec<(String, Vec<usize>)> = parts
-        .iter()
-        .map(|(p, rows)| (format!("{p}.weight"), vec![*rows, in_features]))
-        .collect();
-    let weight = source.read_fused(&weights, dtype)?;
-    let bias = if with_bias {
-        let biases: Vec<(String, Vec<usize>)> = parts
-            .iter()
-            .map(|(p, rows)| (format!("{p}.bias"), vec![*rows]))
-            .collect();
-        Some(source.read_fused(&biases, WeightDType::F32)?.into_f32())
-    } else {
-        None
-    };
-    Ok(Linear {
-        weight,
-        bias,
-        in_features,
-        out_features: parts.iter().map(|(_, r)| r).sum(),
-    })
-}
-
 impl Model {
-    /// Builds the model from `source`, checking every tensor's shape.
-    /// Linear weights and the embedding are stored as `dtype`.
+    /// Builds the model from `source`, checking every tensor's shape. Its
+    /// architecture (`config.architecture`) names the tensors in the
+    /// source's naming and `config`'s pieces say which a layer has. Linear
+    /// weights and the embedding are asked for as `dtype` (the source may
+    /// keep a stored format instead: `TensorSource::format_of`).
     pub fn load(
         config: &ModelConfig,
         source: &dyn TensorSource,
@@ -133,77 +84,26 @@ impl Model {
     ) -> Result<Self> {
         config.validate()?;
         let c = config;
-        let (h, hd) = (c.hidden_size, c.head_dim);
-        let q_rows = c.num_attention_heads * hd;
-        let kv_rows = c.num_key_value_heads * hd;
-        let f32_vec = |name: &str, len: usize| -> Result<Vec<f32>> {
-            Ok(source.read(name, &[len], WeightDType::F32)?.into_f32())
+        let h = c.hidden_size;
+        let ld = Loader {
+            source,
+            arch: c.architecture.def(),
+            naming: source.naming(),
+            dtype,
         };
-        let embed_tokens = source.read("model.embed_tokens.weight", &[c.vocab_size, h], dtype)?;
-        let mut layers = Vec::with_capacity(c.num_hidden_layers);
-        for i in 0..c.num_hidden_layers {
-            let p = format!("model.layers.{i}");
-            let attn = format!("{p}.self_attn");
-            let mlp = format!("{p}.mlp");
-            let layer = DecoderLayer {
-                input_layernorm: f32_vec(&format!("{p}.input_layernorm.weight"), h)?,
-                qkv_proj: linear(
-                    source,
-                    &[
-                        (format!("{attn}.q_proj"), q_rows),
-                        (format!("{attn}.k_proj"), kv_rows),
-                        (format!("{attn}.v_proj"), kv_rows),
-                    ],
-                    h,
-                    c.qkv_bias,
-                    dtype,
-                )?,
-                o_proj: linear(
-                    source,
-                    &[(format!("{attn}.o_proj"), h)],
-                    q_rows,
-                    c.o_bias,
-                    dtype,
-                )?,
-                post_attention_layernorm: f32_vec(
-                    &format!("{p}.post_attention_layernorm.weight"),
-                    h,
-                )?,
-                gate_up_proj: linear(
-                    source,
-                    &[
-                        (format!("{mlp}.gate_proj"), c.intermediate_size),
-                        (format!("{mlp}.up_proj"), c.intermediate_size),
-                    ],
-                    h,
-                    c.mlp_bias,
-                    dtype,
-                )?,
-                down_proj: linear(
-                    source,
-                    &[(format!("{mlp}.down_proj"), h)],
-                    c.intermediate_size,
-                    c.mlp_bias,
-                    dtype,
-                )?,
-            };
-            layers.push(layer);
-        }
-        let norm = f32_vec("model.norm.weight", h)?;
+        let embed_tokens = ld.matrix(TensorId::model(Role::Embedding), &[c.vocab_size, h])?;
+        let layers = (0..c.num_hidden_layers)
+            .map(|i| DecoderLayer::load(&ld, c, i))
+            .collect::<Result<Vec<_>>>()?;
+        let norm = ld.vector(TensorId::model(Role::FinalNorm), h)?;
         let lm_head = if c.tie_word_embeddings {
             None
         } else {
             Some(
-                linear(
-                    source,
-                    &[("lm_head".to_string(), c.vocab_size)],
-                    h,
-                    false,
-                    dtype,
-                )
-                .context(
-                    "the model's head is not tied to its embedding (tie_word_embeddings is false)",
-                )?,
+                ld.linear(&[(TensorId::model(Role::LmHead), c.vocab_size)], h, false)
+                    .context(
+                        "the model's head is not tied to its embedding (tie_word_embeddings is false)",
+                    )?,
             )
         };
         Ok(Model {
@@ -219,22 +119,10 @@ impl Model {
 
     /// Bytes of weights held (what a decode step streams from memory).
     pub fn weight_bytes(&self) -> usize {
-        let lin =
-            |l: &Linear| l.weight.size_in_bytes() + l.bias.as_ref().map_or(0, |b| b.len() * 4);
-        let layers: usize = self
-            .layers
-            .iter()
-            .map(|l| {
-                lin(&l.qkv_proj)
-                    + lin(&l.o_proj)
-                    + lin(&l.gate_up_proj)
-                    + lin(&l.down_proj)
-                    + 4 * (l.input_layernorm.len() + l.post_attention_layernorm.len())
-            })
-            .sum();
+        let layers: usize = self.layers.iter().map(DecoderLayer::size_in_bytes).sum();
         self.embed_tokens.size_in_bytes()
             + layers
             + 4 * self.norm.len()
-            + self.lm_head.as_ref().map_or(0, lin)
+            + self.lm_head.as_ref().map_or(0, Linear::size_in_bytes)
     }
 }

@@ -1,6 +1,13 @@
 //! `ModelRunner`: turns each `SchedulerOutput` into one forward pass and a
 //! `ModelRunnerOutput`.
 //!
+//! The runner is the device-independent half: request states, the
+//! flattened batch (block tables, slot mapping), which rows need logits,
+//! sampling and logprobs. The forward pass itself is a [`ForwardBackend`]
+//! (`backend.rs`): [`CpuBackend`] (the CPU model and its paged KV cache) by
+//! default, or any other implementation through
+//! [`ModelRunner::with_backend`] (a CUDA backend, a simulated model).
+//!
 //! Data flow of `execute`:
 //! 1. update the persistent request states from the step's deltas
 //!    (finished → dropped; new → created; cached → progress and appended
@@ -10,8 +17,8 @@
 //! 2. build one flattened batch in scheduling order (input ids, positions,
 //!    slot mapping, per-request query start / length / context length and
 //!    block table), mixing prefill chunks and decodes;
-//! 3. run the model; attention writes the step's K/V at the slot mapping
-//!    and reads through the block tables;
+//! 3. run the backend's forward pass; attention writes the step's K/V at
+//!    the slot mapping and reads through the block tables;
 //! 4. compute logits only for requests whose computed tokens reach all their
 //!    known tokens after this step (plus prompt rows of requests that asked
 //!    for prompt logprobs), sample, append each sampled token to the
@@ -22,11 +29,14 @@
 //! a panic; after a warm-up step a decode step allocates only the output it
 //! returns.
 
+mod backend;
 mod state;
 
+pub use self::backend::{CpuBackend, ForwardBackend};
+
 use self::state::RequestState;
-use crate::kv_cache::{KvCache, KvCacheConfig};
-use crate::model::{ForwardBatch, LoadedModel, Model, Workspace};
+use crate::kv_cache::KvCacheConfig;
+use crate::model::{ForwardBatch, LoadedModel, Model};
 use crate::sampling::{prompt_logprobs, RequestSampler};
 use anyhow::{anyhow, bail, Result};
 use sluice_core::output::PromptLogprobs;
@@ -50,38 +60,45 @@ struct StepEntry {
     prompt_lp_row: usize,
 }
 
-/// Executes scheduler steps on one model with one paged KV cache.
-pub struct ModelRunner {
-    model: Arc<Model>,
-    kv: KvCache,
-    kv_config: KvCacheConfig,
+/// Executes scheduler steps on one backend (by default the CPU model with
+/// its paged KV cache).
+pub struct ModelRunner<B: ForwardBackend = CpuBackend> {
+    backend: B,
     requests: HashMap<RequestId, RequestState>,
     /// Draws default seeds for requests without one.
     seed_state: u64,
     batch: ForwardBatch,
-    workspace: Workspace,
     entries: Vec<StepEntry>,
     logits: Vec<f32>,
-    hidden: Vec<f32>,
 }
 
-impl ModelRunner {
+impl ModelRunner<CpuBackend> {
     /// A runner over `loaded` with a KV cache of `kv_config` (allocated
     /// lazily: pages are committed as blocks are first written).
     pub fn new(loaded: &LoadedModel, kv_config: KvCacheConfig) -> Result<Self> {
-        let kv = KvCache::new(&loaded.config, kv_config)?;
-        Ok(ModelRunner {
-            model: loaded.model.clone(),
-            kv,
-            kv_config,
+        Ok(Self::with_backend(CpuBackend::new(loaded, kv_config)?))
+    }
+
+    pub fn model(&self) -> &Arc<Model> {
+        self.backend.model()
+    }
+}
+
+impl<B: ForwardBackend> ModelRunner<B> {
+    /// A runner over any forward backend.
+    pub fn with_backend(backend: B) -> Self {
+        ModelRunner {
+            backend,
             requests: HashMap::new(),
             seed_state: 0,
             batch: ForwardBatch::default(),
-            workspace: Workspace::default(),
             entries: Vec::new(),
             logits: Vec::new(),
-            hidden: Vec::new(),
-        })
+        }
+    }
+
+    pub fn backend(&self) -> &B {
+        &self.backend
     }
 
     /// Seeds the generator that picks a seed for each request that brings
@@ -94,15 +111,16 @@ impl ModelRunner {
     /// Blocks in the pool, null block included: the scheduler's
     /// `num_gpu_blocks`.
     pub fn num_kv_blocks(&self) -> usize {
-        self.kv_config.num_blocks
+        self.backend.num_kv_blocks()
     }
 
     pub fn block_size(&self) -> usize {
-        self.kv_config.block_size
+        self.backend.block_size()
     }
 
-    pub fn model(&self) -> &Arc<Model> {
-        &self.model
+    /// Token ids the backend's model accepts: `0..vocab_size`.
+    pub fn vocab_size(&self) -> usize {
+        self.backend.vocab_size()
     }
 
     /// Requests whose state the runner holds (running and preempted).
@@ -127,20 +145,9 @@ impl ModelRunner {
             return Ok(out);
         }
         let num_sample_rows = self.build_batch(so)?;
-        let vocab = self.model.config.vocab_size;
-        let hidden_size = self.model.config.hidden_size;
-
-        let hidden = self
-            .model
-            .forward_hidden(&self.batch, &mut self.kv, &mut self.workspace)?;
-        // Keep the final hidden rows: computing logits reuses the buffers.
-        self.hidden.clear();
-        self.hidden.extend_from_slice(hidden);
-        self.model.compute_logits(
-            &self.hidden[..num_sample_rows * hidden_size],
-            num_sample_rows,
-            &mut self.logits,
-        );
+        let vocab = self.backend.vocab_size();
+        self.backend.forward(&self.batch)?;
+        self.backend.logits(0..num_sample_rows, &mut self.logits)?;
 
         let any_logprobs = so
             .num_scheduled_tokens
@@ -178,7 +185,7 @@ impl ModelRunner {
         for id in &so.finished_req_ids {
             self.requests.remove(id);
         }
-        let num_blocks = self.kv_config.num_blocks;
+        let num_blocks = self.backend.num_kv_blocks();
         for new in &so.scheduled_new_reqs {
             check_blocks(&new.req_id, &new.block_ids, num_blocks)?;
             let seed = self.next_default_seed();
@@ -206,7 +213,7 @@ impl ModelRunner {
     /// Step 2: the flattened batch and which rows need logits. Returns the
     /// number of sampling rows (they come first in `logits_rows`).
     fn build_batch(&mut self, so: &SchedulerOutput) -> Result<usize> {
-        let bs = self.kv_config.block_size;
+        let bs = self.backend.block_size();
         self.batch.clear();
         self.entries.clear();
         let mut num_sample_rows = 0;
@@ -279,8 +286,7 @@ impl ModelRunner {
         if self.batch.logits_rows.len() == num_sample_rows {
             return Ok(result);
         }
-        let vocab = self.model.config.vocab_size;
-        let h = self.model.config.hidden_size;
+        let vocab = self.backend.vocab_size();
         for (sched, entry) in so.num_scheduled_tokens.iter().zip(&self.entries) {
             let (lo, hi) = entry.prompt_lp;
             if lo == hi {
@@ -296,11 +302,7 @@ impl ModelRunner {
             while p < hi {
                 let n = (hi - p).min(PROMPT_LOGITS_CHUNK);
                 let row = entry.prompt_lp_row + (p - lo);
-                self.model.compute_logits(
-                    &self.hidden[row * h..(row + n) * h],
-                    n,
-                    &mut self.logits,
-                );
+                self.backend.logits(row..row + n, &mut self.logits)?;
                 positions.extend(prompt_logprobs(
                     &self.logits[..n * vocab],
                     vocab,

@@ -3,33 +3,150 @@
 //! deterministic dummy generator (`--load-format dummy`).
 //!
 //! Promises: a tensor is only handed out with exactly the shape the model
-//! asked for, converted to the compute dtype (f32 or bf16 bit patterns);
-//! anything else is an error naming the tensor and the file. Tensors can be
+//! asked for, converted to the compute dtype (f32, bf16 or f16 bit
+//! patterns, or a block-quantized format: f32 / bf16 / f16 checkpoints are
+//! quantized at load, row by row, when the dtype asks for Q8_0, Q4_0 or
+//! another format with a quantizer); anything else is an error naming the
+//! tensor and the file. Quantized bytes may be owned or borrowed from a
+//! memory map (`WeightBytes::mapped`, kept alive by an `Arc`), and
+//! `Weight::pack` repacks them for the kernels. Tensors can be
 //! appended into one buffer, which is how q/k/v and gate/up are fused at
 //! load time. Checkpoint pages are released once copied, so loading peaks at
 //! about the size of the model plus one tensor, not twice the model.
 
-use crate::kernels::WeightRef;
+use crate::kernels::{PackedWeight, QuantFormat, WeightRef};
+use crate::model::arch::TensorNaming;
 use anyhow::{anyhow, bail, Context, Result};
 use memmap2::Mmap;
 use safetensors::{tensor::Metadata, Dtype, SafeTensors};
 use std::collections::HashMap;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// The dtype linear-layer weights are kept in. Norm weights and biases are
 /// always f32 (they are tiny and feed f32 arithmetic directly).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum WeightDType {
     F32,
     Bf16,
+    F16,
+    /// A block-quantized format (never one of the float formats: those are
+    /// the variants above; `from_format` maps them).
+    Quant(QuantFormat),
 }
 
-/// An owned weight buffer in its compute dtype, row-major.
+impl WeightDType {
+    /// The dtype holding values of `format`.
+    pub fn from_format(format: QuantFormat) -> WeightDType {
+        match format {
+            QuantFormat::F32 => WeightDType::F32,
+            QuantFormat::Bf16 => WeightDType::Bf16,
+            QuantFormat::F16 => WeightDType::F16,
+            f => WeightDType::Quant(f),
+        }
+    }
+
+    /// The weight format of this dtype.
+    pub fn format(self) -> QuantFormat {
+        match self {
+            WeightDType::F32 => QuantFormat::F32,
+            WeightDType::Bf16 => QuantFormat::Bf16,
+            WeightDType::F16 => QuantFormat::F16,
+            WeightDType::Quant(f) => f,
+        }
+    }
+}
+
+/// The bytes of a quantized weight: owned, or a range of a buffer (a memory
+/// map) that the `Arc` keeps alive, so a GGUF loader can hand mapped tensor
+/// data to the kernels without copying.
+#[derive(Clone)]
+pub struct WeightBytes(BytesRepr);
+
+#[derive(Clone)]
+enum BytesRepr {
+    Owned(Vec<u8>),
+    Mapped {
+        source: Arc<dyn AsRef<[u8]> + Send + Sync>,
+        range: Range<usize>,
+    },
+}
+
+impl WeightBytes {
+    pub fn owned(bytes: Vec<u8>) -> WeightBytes {
+        WeightBytes(BytesRepr::Owned(bytes))
+    }
+
+    /// `source[range]`, borrowed. Errors if the range is not inside the
+    /// source.
+    pub fn mapped(
+        source: Arc<dyn AsRef<[u8]> + Send + Sync>,
+        range: Range<usize>,
+    ) -> Result<WeightBytes> {
+        let len = (*source).as_ref().len();
+        if range.start > range.end || range.end > len {
+            bail!("bytes {range:?} are outside a buffer of {len} bytes");
+        }
+        Ok(WeightBytes(BytesRepr::Mapped { source, range }))
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        match &self.0 {
+            BytesRepr::Owned(v) => v,
+            BytesRepr::Mapped { source, range } => &(**source).as_ref()[range.clone()],
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether the bytes are borrowed from a mapping.
+    pub fn is_mapped(&self) -> bool {
+        matches!(self.0, BytesRepr::Mapped { .. })
+    }
+
+    /// The owned buffer, copying mapped bytes first (to append to them).
+    pub fn make_owned(&mut self) -> &mut Vec<u8> {
+        if let BytesRepr::Mapped { .. } = self.0 {
+            self.0 = BytesRepr::Owned(self.as_slice().to_vec());
+        }
+        match &mut self.0 {
+            BytesRepr::Owned(v) => v,
+            BytesRepr::Mapped { .. } => unreachable!("made owned above"),
+        }
+    }
+}
+
+impl std::fmt::Debug for WeightBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = if self.is_mapped() { "mapped" } else { "owned" };
+        write!(f, "WeightBytes({} {kind} bytes)", self.len())
+    }
+}
+
+/// A weight buffer in its compute dtype, row-major.
 #[derive(Clone, Debug)]
 pub enum Weight {
     F32(Vec<f32>),
     /// bf16 values as raw bit patterns (what the kernels take).
     Bf16(Vec<u16>),
+    /// IEEE f16 values as raw bit patterns.
+    F16(Vec<u16>),
+    /// Rows of whole blocks in `format`'s ggml layout (a GGUF tensor's
+    /// bytes), used by the kernels as they are.
+    Quant {
+        format: QuantFormat,
+        bytes: WeightBytes,
+    },
+    /// The same, repacked for the kernels (`Weight::pack`): bit-identical
+    /// results, faster, and always owned.
+    Packed(PackedWeight),
 }
 
 impl Weight {
@@ -37,6 +154,16 @@ impl Weight {
         match dtype {
             WeightDType::F32 => Weight::F32(Vec::with_capacity(capacity)),
             WeightDType::Bf16 => Weight::Bf16(Vec::with_capacity(capacity)),
+            WeightDType::F16 => Weight::F16(Vec::with_capacity(capacity)),
+            WeightDType::Quant(f) if f.is_float() => {
+                Weight::empty(WeightDType::from_format(f), capacity)
+            }
+            WeightDType::Quant(format) => Weight::Quant {
+                format,
+                bytes: WeightBytes::owned(Vec::with_capacity(
+                    capacity / format.block_size() * format.block_bytes(),
+                )),
+            },
         }
     }
 
@@ -44,13 +171,21 @@ impl Weight {
         match self {
             Weight::F32(_) => WeightDType::F32,
             Weight::Bf16(_) => WeightDType::Bf16,
+            Weight::F16(_) => WeightDType::F16,
+            Weight::Quant { format, .. } => WeightDType::from_format(*format),
+            Weight::Packed(p) => WeightDType::Quant(p.format()),
         }
     }
 
+    /// Number of elements.
     pub fn len(&self) -> usize {
         match self {
             Weight::F32(v) => v.len(),
-            Weight::Bf16(v) => v.len(),
+            Weight::Bf16(v) | Weight::F16(v) => v.len(),
+            Weight::Quant { format, bytes } => {
+                bytes.len() / format.block_bytes() * format.block_size()
+            }
+            Weight::Packed(p) => p.rows() * p.cols(),
         }
     }
 
@@ -61,7 +196,9 @@ impl Weight {
     pub fn size_in_bytes(&self) -> usize {
         match self {
             Weight::F32(v) => v.len() * 4,
-            Weight::Bf16(v) => v.len() * 2,
+            Weight::Bf16(v) | Weight::F16(v) => v.len() * 2,
+            Weight::Quant { bytes, .. } => bytes.len(),
+            Weight::Packed(p) => p.size_in_bytes(),
         }
     }
 
@@ -69,20 +206,20 @@ impl Weight {
         match self {
             Weight::F32(v) => WeightRef::F32(v),
             Weight::Bf16(v) => WeightRef::Bf16(v),
+            Weight::F16(v) => WeightRef::F16(v),
+            Weight::Quant { format, bytes } => WeightRef::Quant {
+                format: *format,
+                data: bytes.as_slice(),
+            },
+            Weight::Packed(p) => WeightRef::Packed(p),
         }
     }
 
     /// Copies row `row` of a `[rows × width]` matrix into `out` as f32 (the
-    /// embedding lookup).
+    /// embedding lookup; quantized rows are dequantized exactly as
+    /// gguf-py does).
     pub fn row_to_f32(&self, row: usize, width: usize, out: &mut [f32]) {
-        match self {
-            Weight::F32(v) => out.copy_from_slice(&v[row * width..(row + 1) * width]),
-            Weight::Bf16(v) => {
-                for (o, &b) in out.iter_mut().zip(&v[row * width..(row + 1) * width]) {
-                    *o = crate::kernels::bf16_to_f32(b);
-                }
-            }
-        }
+        self.as_weight_ref().row_to_f32(row, width, out);
     }
 
     /// The values as f32, for weights that are always kept in f32.
@@ -90,8 +227,84 @@ impl Weight {
         match self {
             Weight::F32(v) => v,
             Weight::Bf16(v) => v.into_iter().map(crate::kernels::bf16_to_f32).collect(),
+            Weight::F16(v) => v
+                .into_iter()
+                .map(|b| half::f16::from_bits(b).to_f32())
+                .collect(),
+            Weight::Quant { format, bytes } => {
+                let mut out =
+                    vec![0.0f32; bytes.len() / format.block_bytes() * format.block_size()];
+                // Whole blocks by construction; blocks decode independently
+                // of the row they sit in.
+                let _ = format.dequantize_row(bytes.as_slice(), &mut out);
+                out
+            }
+            Weight::Packed(p) => {
+                let mut out = vec![0.0f32; p.rows() * p.cols()];
+                for (r, row) in out.chunks_exact_mut(p.cols().max(1)).enumerate() {
+                    p.dequantize_row(r, row);
+                }
+                out
+            }
         }
     }
+
+    /// Quantizes a `[rows × cols]` f32 matrix to `format` (Q8_0, Q4_0 and the
+    /// other formats with a quantizer; the float formats convert).
+    pub fn quantize(values: &[f32], cols: usize, format: QuantFormat) -> Result<Weight> {
+        let mut out = Weight::empty(WeightDType::from_format(format), values.len());
+        append_f32_rows(values, cols, &mut out)?;
+        Ok(out)
+    }
+
+    /// The weight repacked for the integer kernels (`PackedWeight`) when it
+    /// is a quantized `[rows × cols]` matrix; anything else is returned as
+    /// it is. Mapped bytes are copied into the packed buffer (the mapping
+    /// may be dropped afterwards).
+    pub fn pack(self, rows: usize, cols: usize) -> Weight {
+        match self {
+            Weight::Quant { format, bytes } if !format.is_float() => {
+                match PackedWeight::new(format, bytes.as_slice(), rows, cols) {
+                    Some(p) => Weight::Packed(p),
+                    None => Weight::Quant { format, bytes },
+                }
+            }
+            other => other,
+        }
+    }
+}
+
+/// Appends f32 `values` (rows of `cols`) to `out`, converting or quantizing
+/// to its dtype.
+pub(crate) fn append_f32_rows(values: &[f32], cols: usize, out: &mut Weight) -> Result<()> {
+    match out {
+        Weight::F32(v) => v.extend_from_slice(values),
+        Weight::Bf16(v) => v.extend(values.iter().map(|&x| crate::kernels::f32_to_bf16(x))),
+        Weight::F16(v) => v.extend(values.iter().map(|&x| half::f16::from_f32(x).to_bits())),
+        Weight::Quant { format, bytes } => {
+            let format = *format;
+            if !format.can_quantize() {
+                bail!(
+                    "cannot quantize to {format} at load (supported: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1)"
+                );
+            }
+            let row_bytes = format.row_bytes(cols)?;
+            if cols == 0 || !values.len().is_multiple_of(cols) {
+                bail!("{} values are not rows of {cols}", values.len());
+            }
+            let v = bytes.make_owned();
+            let start = v.len();
+            v.resize(start + values.len() / cols * row_bytes, 0);
+            for (src, dst) in values
+                .chunks_exact(cols)
+                .zip(v[start..].chunks_exact_mut(row_bytes))
+            {
+                format.quantize_row(src, dst)?;
+            }
+        }
+        Weight::Packed(_) => bail!("cannot append to a packed weight"),
+    }
+    Ok(())
 }
 
 /// Where the model's tensors come from.
@@ -103,6 +316,25 @@ pub trait TensorSource {
     /// Whether the source has tensor `name` (for optional tensors such as an
     /// untied `lm_head.weight`).
     fn contains(&self, name: &str) -> bool;
+
+    /// How this source spells tensor names; the model asks for every tensor
+    /// by role and the architecture spells it in this naming
+    /// (`model/arch/`). Hugging Face names unless the source says otherwise
+    /// (a GGUF source speaks llama.cpp's).
+    fn naming(&self) -> TensorNaming {
+        TensorNaming::HuggingFace
+    }
+
+    /// The format tensor `name` is handed out in when `requested` is asked
+    /// for. Sources that convert (safetensors, dummy) hand out `requested`;
+    /// one that keeps stored formats (a GGUF file's quantized types) names
+    /// the stored one. The model reads each tensor in the format named here,
+    /// and fuses the parts of a linear layer (q/k/v, gate/up) into one
+    /// matrix only when their formats agree.
+    fn format_of(&self, name: &str, requested: WeightDType) -> Result<WeightDType> {
+        let _ = name;
+        Ok(requested)
+    }
 
     /// One tensor on its own.
     fn read(&self, name: &str, shape: &[usize], dtype: WeightDType) -> Result<Weight> {
@@ -272,15 +504,17 @@ impl TensorSource for SafetensorsSource {
             file.data_start + info.data_offsets.1,
         );
         let bytes = &file.mmap[start..end];
-        convert_into(bytes, info.dtype, out)
+        let cols = shape.last().copied().unwrap_or(1);
+        convert_into(bytes, info.dtype, cols, out)
             .with_context(|| format!("tensor {name} in {}", file.path.display()))?;
         file.release(start, end);
         Ok(())
     }
 }
 
-/// Appends little-endian `bytes` of dtype `src` to `out`, converting.
-fn convert_into(bytes: &[u8], src: Dtype, out: &mut Weight) -> Result<()> {
+/// Appends little-endian `bytes` of dtype `src` (rows of `cols` values) to
+/// `out`, converting (or quantizing, for a quantized `out`).
+fn convert_into(bytes: &[u8], src: Dtype, cols: usize, out: &mut Weight) -> Result<()> {
     let f16_to_f32 = |b: u16| half::f16::from_bits(b).to_f32();
     let f32_to_bf16 = |x: f32| half::bf16::from_f32(x).to_bits();
     let u16s = || {
@@ -300,6 +534,23 @@ fn convert_into(bytes: &[u8], src: Dtype, out: &mut Weight) -> Result<()> {
         (Dtype::BF16, Weight::Bf16(v)) => v.extend(u16s()),
         (Dtype::F16, Weight::F32(v)) => v.extend(u16s().map(f16_to_f32)),
         (Dtype::F16, Weight::Bf16(v)) => v.extend(u16s().map(|b| f32_to_bf16(f16_to_f32(b)))),
+        (Dtype::F16, Weight::F16(v)) => v.extend(u16s()),
+        (Dtype::F32 | Dtype::BF16 | Dtype::F16, out @ (Weight::F16(_) | Weight::Quant { .. })) => {
+            // Through f32 (exact for every source), one row at a time so a
+            // large tensor never exists in f32 all at once.
+            let width = if src == Dtype::F32 { 4 } else { 2 };
+            let cols = cols.max(1);
+            let mut row = Vec::with_capacity(cols);
+            for chunk in bytes.chunks(cols * width) {
+                row.clear();
+                row.extend(chunk.chunks_exact(width).map(|c| match src {
+                    Dtype::F32 => f32::from_le_bytes([c[0], c[1], c[2], c[3]]),
+                    Dtype::BF16 => crate::kernels::bf16_to_f32(u16::from_le_bytes([c[0], c[1]])),
+                    _ => f16_to_f32(u16::from_le_bytes([c[0], c[1]])),
+                }));
+                append_f32_rows(&row, cols, out)?;
+            }
+        }
         (other, _) => bail!("unsupported dtype {other:?} (supported: F32, BF16, F16)"),
     }
     Ok(())
@@ -333,16 +584,28 @@ impl TensorSource for DummySource {
     }
 
     fn read_into(&self, name: &str, shape: &[usize], out: &mut Weight) -> Result<()> {
+        if matches!(
+            out,
+            Weight::F16(_) | Weight::Quant { .. } | Weight::Packed(_)
+        ) {
+            // Made in f32, then converted or quantized (`--quantization`).
+            let mut values = Weight::F32(Vec::new());
+            self.read_into(name, shape, &mut values)?;
+            let cols = shape.last().copied().unwrap_or(1);
+            return append_f32_rows(&values.into_f32(), cols, out);
+        }
         let n: usize = shape.iter().product();
         let start = out.len();
         match out {
             Weight::F32(v) => v.resize(start + n, 0.0),
             Weight::Bf16(v) => v.resize(start + n, 0),
+            _ => unreachable!("handled above"),
         }
         if name.ends_with("norm.weight") {
             match out {
                 Weight::F32(v) => v[start..].fill(1.0),
                 Weight::Bf16(v) => v[start..].fill(half::bf16::ONE.to_bits()),
+                _ => unreachable!("handled above"),
             }
             return Ok(());
         }
@@ -377,6 +640,7 @@ impl TensorSource for DummySource {
                     });
                 });
             }
+            _ => unreachable!("handled above"),
         }
         Ok(())
     }
@@ -447,9 +711,76 @@ mod tests {
             .flat_map(|x| x.to_le_bytes())
             .collect();
         let mut w = Weight::empty(WeightDType::Bf16, 2);
-        convert_into(&bytes, Dtype::F32, &mut w).unwrap();
+        convert_into(&bytes, Dtype::F32, 3, &mut w).unwrap();
         assert_eq!(w.into_f32(), vec![1.0, 1.0, 1.0078125], "ties go to even");
         let mut w = Weight::empty(WeightDType::F32, 2);
-        assert!(convert_into(&bytes, Dtype::I64, &mut w).is_err());
+        assert!(convert_into(&bytes, Dtype::I64, 3, &mut w).is_err());
+    }
+
+    #[test]
+    fn quantized_weights_load_convert_and_pack() {
+        let s = DummySource::new(3);
+        let f = s.read("w", &[40, 64], WeightDType::F32).unwrap().into_f32();
+        for format in [QuantFormat::Q8_0, QuantFormat::Q4_0] {
+            let dtype = WeightDType::Quant(format);
+            let q = s.read("w", &[40, 64], dtype).unwrap();
+            assert_eq!(q.dtype(), dtype);
+            assert_eq!(q.len(), 40 * 64);
+            assert_eq!(q.size_in_bytes(), 40 * format.row_bytes(64).unwrap());
+            // Quantizing at load is the format's quantizer on the f32 rows.
+            let want = Weight::quantize(&f, 64, format).unwrap();
+            let (Weight::Quant { bytes: a, .. }, Weight::Quant { bytes: b, .. }) = (&q, &want)
+            else {
+                panic!("quantized weights");
+            };
+            assert_eq!(a.as_slice(), b.as_slice());
+            // Round trip within half a quantization step of each block.
+            let back = q.clone().into_f32();
+            for (x, y) in f.iter().zip(&back) {
+                assert!((x - y).abs() < 0.01, "{format}: {x} vs {y}");
+            }
+            // Packing keeps every row and the reported dtype.
+            let packed = q.clone().pack(40, 64);
+            assert!(matches!(packed, Weight::Packed(_)));
+            assert_eq!(packed.dtype(), dtype);
+            let (mut r1, mut r2) = (vec![0.0; 64], vec![0.0; 64]);
+            for row in [0, 17, 39] {
+                q.row_to_f32(row, 64, &mut r1);
+                packed.row_to_f32(row, 64, &mut r2);
+                assert_eq!(r1, r2);
+            }
+        }
+        // A format without a quantizer is refused at load, with its name.
+        let err = s
+            .read("w", &[2, 256], WeightDType::Quant(QuantFormat::Q4K))
+            .unwrap_err();
+        assert!(format!("{err:#}").contains("Q4_K"), "{err:#}");
+        // F16 converts.
+        let h = s.read("w", &[40, 64], WeightDType::F16).unwrap();
+        assert_eq!(h.size_in_bytes(), 40 * 64 * 2);
+    }
+
+    #[test]
+    fn mapped_bytes_are_borrowed_and_checked() {
+        let buf: Arc<dyn AsRef<[u8]> + Send + Sync> = Arc::new(vec![7u8; 100]);
+        let b = WeightBytes::mapped(Arc::clone(&buf), 10..44).unwrap();
+        assert!(b.is_mapped());
+        assert_eq!(b.len(), 34);
+        assert_eq!(
+            b.as_slice().as_ptr(),
+            (*buf).as_ref()[10..].as_ptr(),
+            "no copy"
+        );
+        assert!(WeightBytes::mapped(Arc::clone(&buf), 90..101).is_err());
+        let w = Weight::Quant {
+            format: QuantFormat::Q8_0,
+            bytes: b,
+        };
+        assert_eq!(w.len(), 32);
+        let mut row = vec![0.0; 32];
+        w.row_to_f32(0, 32, &mut row);
+        // d = f16 0x0707, q = 7.
+        let d = half::f16::from_bits(0x0707).to_f32();
+        assert!(row.iter().all(|&v| v == 7.0 * d));
     }
 }

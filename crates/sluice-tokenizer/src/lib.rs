@@ -1,10 +1,15 @@
 //! Text ↔ token ids, and chat templates.
 //!
-//! Owns one tokenizer: either a Hugging Face `tokenizer.json` (through the
+//! Owns one tokenizer: a Hugging Face `tokenizer.json` (through the
 //! `tokenizers` crate, 0.22.x) with the special tokens and chat template of
-//! its `tokenizer_config.json`, or the built-in byte-level tokenizer of the
-//! built-in models (ids 0..=255 are the 256 bytes, then `<|endoftext|>`,
-//! `<|im_start|>`, `<|im_end|>`).
+//! its `tokenizer_config.json`; the vocabulary of a GGUF file
+//! ([`GgufVocab`], rebuilt as the model's `tokenizer.json` would be, see
+//! [`gguf`]); or the built-in byte-level tokenizer of the built-in models
+//! (ids 0..=255 are the 256 bytes, then `<|endoftext|>`, `<|im_start|>`,
+//! `<|im_end|>`).
+//!
+//! Its own crate so that the engine (and a simulator) can tokenize without
+//! depending on the CPU model runner; `sluice_model::tokenizer` re-exports it.
 //!
 //! Promises:
 //! - `encode` matches `transformers`' `tokenizer(text, add_special_tokens=..)`
@@ -26,6 +31,9 @@ use serde_json::Value as JsonValue;
 use std::collections::HashSet;
 use std::fmt;
 use std::path::Path;
+
+pub mod gguf;
+pub use gguf::{supported_pre_tokenizers, GgufVocab};
 
 /// Name of the template inside the tokenizer's Jinja environment.
 const TEMPLATE_NAME: &str = "chat";
@@ -94,13 +102,22 @@ enum Backend {
 /// `Send + Sync`: one instance is shared by the server and the engine thread.
 pub struct Tokenizer {
     backend: Backend,
+    /// Where it came from, for `Debug`.
+    source: &'static str,
     bos_token: Option<String>,
     eos_token: Option<String>,
     pad_token: Option<String>,
     unk_token: Option<String>,
     bos_token_id: Option<u32>,
     eos_token_id: Option<u32>,
+    /// GGUF's end-of-turn / end-of-message ids (other stop tokens).
+    eot_token_id: Option<u32>,
+    eom_token_id: Option<u32>,
+    /// Whether `encode(.., true)` starts with the BOS.
+    add_bos_token: bool,
     special_ids: HashSet<u32>,
+    /// What loading ignored (e.g. a GGUF special id past the vocabulary).
+    warnings: Vec<String>,
     /// The model's template; `None` when it has none (the fallback renders).
     chat_template: Option<String>,
     env: Environment<'static>,
@@ -109,13 +126,7 @@ pub struct Tokenizer {
 impl fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Tokenizer")
-            .field(
-                "backend",
-                &match self.backend {
-                    Backend::Hf(_) => "tokenizer.json",
-                    Backend::Bytes => "builtin byte-level",
-                },
-            )
+            .field("source", &self.source)
             .field("vocab_size", &self.vocab_size())
             .field("bos_token", &self.bos_token)
             .field("eos_token", &self.eos_token)
@@ -241,6 +252,32 @@ impl Tokenizer {
         )
     }
 
+    /// The tokenizer of a GGUF file, from its metadata (see [`gguf`] for
+    /// what is supported and how it matches Hugging Face). Errors name the
+    /// GGUF key at fault: an unsupported `tokenizer.ggml.model`, an unknown
+    /// `tokenizer.ggml.pre`, missing merges or scores, a BOS / EOS id past
+    /// the vocabulary, a chat template that does not compile.
+    pub fn from_gguf_vocab(vocab: &GgufVocab) -> Result<Self> {
+        let b = gguf::build(vocab)?;
+        let mut tok = Self::assemble(
+            Backend::Hf(Box::new(b.hf)),
+            [b.bos_token, b.eos_token, b.pad_token, b.unk_token],
+            [b.bos_token_id, b.eos_token_id],
+            b.special_ids,
+            vocab.chat_template.clone(),
+        )
+        .context("tokenizer.chat_template")?;
+        tok.source = if vocab.huggingface_json.is_some() {
+            "GGUF tokenizer.huggingface.json"
+        } else {
+            "GGUF vocabulary"
+        };
+        tok.eot_token_id = b.eot_token_id;
+        tok.eom_token_id = b.eom_token_id;
+        tok.warnings = b.warnings;
+        Ok(tok)
+    }
+
     /// The built-in byte-level tokenizer: ids 0..=255 are the bytes, 256
     /// `<|endoftext|>`, 257 `<|im_start|>`, 258 `<|im_end|>` (the EOS), with
     /// a ChatML chat template.
@@ -272,18 +309,31 @@ impl Tokenizer {
                 .unwrap_or_else(|| FALLBACK_CHAT_TEMPLATE.to_string()),
         )
         .map_err(|e| anyhow::anyhow!("chat_template does not compile: {e:#}"))?;
-        Ok(Tokenizer {
+        let mut tok = Tokenizer {
             backend,
+            source: "tokenizer.json",
             bos_token,
             eos_token,
             pad_token,
             unk_token,
             bos_token_id,
             eos_token_id,
+            eot_token_id: None,
+            eom_token_id: None,
+            add_bos_token: false,
             special_ids,
+            warnings: Vec::new(),
             chat_template,
             env,
-        })
+        };
+        if matches!(tok.backend, Backend::Bytes) {
+            tok.source = "builtin byte-level";
+        }
+        // Asked of the post-processor itself rather than of a config flag,
+        // so it is right for every source.
+        tok.add_bos_token =
+            bos_token_id.is_some() && tok.encode("", true)?.first().copied() == bos_token_id;
+        Ok(tok)
     }
 
     /// Token ids of `text`. With `add_special_tokens`, the tokenizer's
@@ -376,6 +426,40 @@ impl Tokenizer {
     /// may add more).
     pub fn eos_token_id(&self) -> Option<u32> {
         self.eos_token_id
+    }
+
+    /// GGUF's `tokenizer.ggml.eot_token_id` (end of turn: a stop token besides
+    /// the EOS, e.g. `<|eot_id|>`); `None` elsewhere.
+    pub fn eot_token_id(&self) -> Option<u32> {
+        self.eot_token_id
+    }
+    /// GGUF's `tokenizer.ggml.eom_token_id` (end of message); `None`
+    /// elsewhere.
+    pub fn eom_token_id(&self) -> Option<u32> {
+        self.eom_token_id
+    }
+    /// The EOS, EOT and EOM ids the tokenizer knows, without repeats: the
+    /// tokens that end a generation unless the request says otherwise.
+    pub fn stop_token_ids(&self) -> Vec<u32> {
+        let mut ids = Vec::new();
+        for id in [self.eos_token_id, self.eot_token_id, self.eom_token_id]
+            .into_iter()
+            .flatten()
+        {
+            if !ids.contains(&id) {
+                ids.push(id);
+            }
+        }
+        ids
+    }
+    /// Whether `encode(.., add_special_tokens = true)` starts with the BOS.
+    pub fn add_bos_token(&self) -> bool {
+        self.add_bos_token
+    }
+    /// What loading ignored rather than refused (for the log), e.g. a GGUF
+    /// padding id past the vocabulary.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
     }
 
     /// The model's own chat template, `None` when it has none (then

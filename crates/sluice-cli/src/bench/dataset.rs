@@ -12,7 +12,7 @@
 
 use super::rng::Generator;
 use anyhow::{bail, Context, Result};
-use sluice_model::tokenizer::Tokenizer;
+use sluice_tokenizer::Tokenizer;
 use std::path::Path;
 
 pub struct BenchTokenizer {

@@ -1,48 +1,15 @@
 //! The seam between the engine loop and whatever computes tokens.
 //!
-//! An `Executor` receives every `SchedulerOutput` in order (the incremental
-//! protocol: full data for new requests, deltas for cached ones, finished
-//! and preempted ids) and answers with the sampled tokens. It owns the KV
-//! cache storage; the scheduler only hands out block ids, so the executor
-//! tells the engine how many blocks its pool holds.
+//! The [`Executor`] trait itself lives in `sluice_core::executor` (beside
+//! the `SchedulerOutput` / `ModelRunnerOutput` it exchanges), so that model
+//! crates implement it without depending on the engine, and the engine
+//! depends on no model crate; it is re-exported here.
 //!
-//! Implementations: `ScriptedExecutor` (a deterministic fake model for
-//! tests and tools) and `ModelExecutor` (sluice-model's `ModelRunner`).
+//! Implementations: `ScriptedExecutor` (here: a deterministic fake model
+//! for tests and tools) and sluice-model's `ModelExecutor` (its
+//! `ModelRunner`, the real forward pass).
 
-pub mod model;
 pub mod scripted;
 
-pub use model::{KvCacheSize, ModelExecutor};
 pub use scripted::{ScriptedExecutor, SeqView};
-
-use sluice_core::{ModelRunnerOutput, SchedulerOutput};
-
-/// Runs scheduler steps. Lives on the engine thread (hence `Send`).
-pub trait Executor: Send {
-    /// Blocks in the KV pool, null block included: becomes the scheduler's
-    /// `num_gpu_blocks`.
-    fn num_kv_blocks(&self) -> usize;
-
-    /// Token ids the model accepts (`0..vocab_size`), if known: prompts with
-    /// other ids are refused up front instead of failing a step.
-    fn vocab_size(&self) -> Option<usize> {
-        None
-    }
-
-    /// Executes one step. Called for every `schedule()`, also when nothing
-    /// was scheduled (so the executor drops finished requests' state). An
-    /// error fails every request in flight; the engine keeps serving.
-    fn execute(&mut self, scheduler_output: &SchedulerOutput) -> anyhow::Result<ModelRunnerOutput>;
-}
-
-impl<E: Executor + ?Sized> Executor for Box<E> {
-    fn num_kv_blocks(&self) -> usize {
-        (**self).num_kv_blocks()
-    }
-    fn vocab_size(&self) -> Option<usize> {
-        (**self).vocab_size()
-    }
-    fn execute(&mut self, scheduler_output: &SchedulerOutput) -> anyhow::Result<ModelRunnerOutput> {
-        (**self).execute(scheduler_output)
-    }
-}
+pub use sluice_core::executor::Executor;

@@ -1,10 +1,16 @@
-//! Run-time CPU feature detection and the choice of kernel path.
+//! Run-time CPU feature detection and the choice of kernel path — the one
+//! dispatch mechanism of the crate.
 //!
-//! Owns: which SIMD implementation a matmul runs on. Promises: a path is only
-//! ever executed on a CPU that has every feature it was compiled for — asking
-//! for a path the CPU lacks (through `SLUICE_KERNEL` or `set_kernel_path`)
-//! silently falls back to the best path the CPU does have, so no setting can
-//! lead to an illegal instruction.
+//! Owns: which SIMD implementation every kernel runs on: matmul of every
+//! weight format, attention, and the elementwise helpers (`multiversion!`).
+//! One request (`set_kernel_path`, else `SLUICE_KERNEL=portable|avx2|avx512`,
+//! else the best) caps all of them; each `KernelFamily` then lowers it to
+//! what this CPU can run for that family.
+//!
+//! Promises: a path is only ever executed on a CPU that has every feature
+//! it was compiled for — asking for a path the CPU lacks silently falls
+//! back to the best path the CPU does have, so no setting can lead to an
+//! illegal instruction.
 //!
 //! The binary itself stays portable: nothing here needs `-C target-cpu`; the
 //! SIMD functions carry `#[target_feature(enable = ...)]` and are only called
@@ -14,15 +20,52 @@ use std::fmt;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::OnceLock;
 
-/// A family of kernels. The same path name covers both weight dtypes:
+/// A family of kernels. What each path means per family:
 ///
-/// | path      | f32 weights        | bf16 weights                                   |
-/// |-----------|--------------------|------------------------------------------------|
-/// | `Avx512`  | AVX-512F FMA       | AVX-512 BF16 `vdpbf16ps` (activations → bf16)  |
-/// | `Avx2`    | AVX2 + FMA         | AVX2 + FMA, weights widened to f32 by a shift |
-/// | `Portable`| plain Rust         | plain Rust, weights widened to f32             |
+/// | family        | `Avx512`                                   | `Avx2`                      |
+/// |---------------|--------------------------------------------|-----------------------------|
+/// | `F32`         | AVX-512F FMA                               | AVX2 + FMA                  |
+/// | `Bf16`        | AVX-512 BF16 `vdpbf16ps` (x → bf16)        | AVX2 + FMA, widened weights |
+/// | `F16`         | AVX-512F/BW/VL, `vcvtph2ps` + FMA          | AVX2 + FMA + F16C           |
+/// | `Quant`       | AVX-512 VNNI `vpdpbusd` at 512 bits        | AVX2 `pmaddubsw`/`pmaddwd` (+ FMA, F16C) |
+/// | `Attention`   | AVX-512F intrinsics                        | AVX2 + FMA (compiled loops) |
+/// | `Elementwise` | AVX-512F (compiled loops)                  | AVX2 + FMA (compiled loops) |
 ///
-/// On a CPU with AVX-512F but without AVX-512 BF16, bf16 weights use `Avx2`.
+/// `Portable` is plain Rust everywhere. A CPU lacking a family's `Avx512`
+/// features (say AVX-512F without BF16 or VNNI) runs that family on `Avx2`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KernelFamily {
+    F32,
+    Bf16,
+    F16,
+    Quant,
+    Attention,
+    Elementwise,
+}
+
+impl KernelFamily {
+    pub const ALL: [KernelFamily; 6] = [
+        KernelFamily::F32,
+        KernelFamily::Bf16,
+        KernelFamily::F16,
+        KernelFamily::Quant,
+        KernelFamily::Attention,
+        KernelFamily::Elementwise,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            KernelFamily::F32 => "f32",
+            KernelFamily::Bf16 => "bf16",
+            KernelFamily::F16 => "f16",
+            KernelFamily::Quant => "quantized",
+            KernelFamily::Attention => "attention",
+            KernelFamily::Elementwise => "elementwise",
+        }
+    }
+}
+
+/// A level of SIMD code. The same names cover every `KernelFamily`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum KernelPath {
     Portable,
@@ -49,7 +92,7 @@ impl KernelPath {
             "" | "auto" => Ok(None),
             "portable" | "scalar" | "generic" => Ok(Some(KernelPath::Portable)),
             "avx2" => Ok(Some(KernelPath::Avx2)),
-            "avx512" | "avx-512" | "avx512bf16" => Ok(Some(KernelPath::Avx512)),
+            "avx512" | "avx-512" | "avx512bf16" | "avx512vnni" => Ok(Some(KernelPath::Avx512)),
             other => Err(format!(
                 "SLUICE_KERNEL={other:?} is not one of auto, portable, avx2, avx512"
             )),
@@ -85,10 +128,12 @@ impl fmt::Display for KernelPath {
 pub struct CpuFeatures {
     pub avx2: bool,
     pub fma: bool,
+    pub f16c: bool,
     pub avx512f: bool,
     pub avx512bw: bool,
     pub avx512vl: bool,
     pub avx512bf16: bool,
+    pub avx512vnni: bool,
 }
 
 impl CpuFeatures {
@@ -98,10 +143,12 @@ impl CpuFeatures {
             CpuFeatures {
                 avx2: is_x86_feature_detected!("avx2"),
                 fma: is_x86_feature_detected!("fma"),
+                f16c: is_x86_feature_detected!("f16c"),
                 avx512f: is_x86_feature_detected!("avx512f"),
                 avx512bw: is_x86_feature_detected!("avx512bw"),
                 avx512vl: is_x86_feature_detected!("avx512vl"),
                 avx512bf16: is_x86_feature_detected!("avx512bf16"),
+                avx512vnni: is_x86_feature_detected!("avx512vnni"),
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -126,36 +173,65 @@ impl CpuFeatures {
         self.has_avx512_f32() && self.avx512bw && self.avx512vl && self.avx512bf16
     }
 
+    /// AVX-512 VNNI integer kernels can run (byte masks need BW).
+    pub fn has_avx512_vnni(&self) -> bool {
+        self.has_avx512_f32() && self.avx512bw && self.avx512vl && self.avx512vnni
+    }
+
+    /// Whether family `f` can run on path `p` here.
+    pub fn supports(&self, f: KernelFamily, p: KernelPath) -> bool {
+        match p {
+            KernelPath::Portable => true,
+            KernelPath::Avx2 => match f {
+                KernelFamily::F16 | KernelFamily::Quant => self.has_avx2() && self.f16c,
+                _ => self.has_avx2(),
+            },
+            KernelPath::Avx512 => match f {
+                KernelFamily::F32 | KernelFamily::Attention | KernelFamily::Elementwise => {
+                    self.has_avx512_f32()
+                }
+                KernelFamily::Bf16 => self.has_avx512_bf16(),
+                KernelFamily::F16 => self.has_avx512_f32() && self.avx512bw && self.avx512vl,
+                KernelFamily::Quant => self.has_avx512_vnni(),
+            },
+        }
+    }
+
+    /// The best path for family `f` on this CPU.
+    pub fn best(&self, f: KernelFamily) -> KernelPath {
+        self.clamp(f, KernelPath::Avx512)
+    }
+
+    /// `want`, lowered until this CPU can run it for family `f`.
+    pub fn clamp(&self, f: KernelFamily, want: KernelPath) -> KernelPath {
+        let mut p = want;
+        while !self.supports(f, p) {
+            p = match p {
+                KernelPath::Avx512 => KernelPath::Avx2,
+                _ => KernelPath::Portable,
+            };
+        }
+        p
+    }
+
     /// The best path for f32 weights.
     pub fn best_f32(&self) -> KernelPath {
-        if self.has_avx512_f32() {
-            KernelPath::Avx512
-        } else if self.has_avx2() {
-            KernelPath::Avx2
-        } else {
-            KernelPath::Portable
-        }
+        self.best(KernelFamily::F32)
     }
 
     /// The best path for bf16 weights.
     pub fn best_bf16(&self) -> KernelPath {
-        if self.has_avx512_bf16() {
-            KernelPath::Avx512
-        } else if self.has_avx2() {
-            KernelPath::Avx2
-        } else {
-            KernelPath::Portable
-        }
+        self.best(KernelFamily::Bf16)
     }
 
     /// `want`, lowered until this CPU can run it for f32 weights.
     pub fn clamp_f32(&self, want: KernelPath) -> KernelPath {
-        want.min(self.best_f32())
+        self.clamp(KernelFamily::F32, want)
     }
 
     /// `want`, lowered until this CPU can run it for bf16 weights.
     pub fn clamp_bf16(&self, want: KernelPath) -> KernelPath {
-        want.min(self.best_bf16())
+        self.clamp(KernelFamily::Bf16, want)
     }
 }
 
@@ -164,23 +240,33 @@ impl fmt::Display for CpuFeatures {
         let flags = [
             ("avx2", self.avx2),
             ("fma", self.fma),
+            ("f16c", self.f16c),
             ("avx512f", self.avx512f),
             ("avx512bw", self.avx512bw),
             ("avx512vl", self.avx512vl),
             ("avx512bf16", self.avx512bf16),
+            ("avx512vnni", self.avx512vnni),
         ];
         let on: Vec<&str> = flags.iter().filter(|(_, v)| *v).map(|(n, _)| *n).collect();
         write!(
             f,
-            "cpu features [{}]; matmul path: f32 weights {}, bf16 weights {}",
+            "cpu features [{}]; kernel paths:",
             if on.is_empty() {
                 "none".to_string()
             } else {
                 on.join(" ")
             },
-            self.clamp_f32(active_request()),
-            self.clamp_bf16(active_request()),
-        )
+        )?;
+        for (i, fam) in KernelFamily::ALL.into_iter().enumerate() {
+            let sep = if i == 0 { " " } else { ", " };
+            write!(
+                f,
+                "{sep}{} {}",
+                fam.name(),
+                self.clamp(fam, active_request())
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -215,25 +301,69 @@ fn active_request() -> KernelPath {
         .unwrap_or(KernelPath::Avx512)
 }
 
-/// Forces a path for all later `matmul` calls of the process (`None` goes
-/// back to `SLUICE_KERNEL` / automatic). The request is clamped to what the
-/// CPU supports at each call. Meant for benchmarks and tools; tests that run
+/// Forces a path for every later kernel call of the process — matmul of
+/// every format, attention, elementwise — (`None` goes back to
+/// `SLUICE_KERNEL` / automatic). The request is clamped to what the CPU
+/// supports at each call. Meant for benchmarks and tools; tests that run
 /// concurrently should use `matmul_with` instead.
 pub fn set_kernel_path(path: Option<KernelPath>) {
     OVERRIDE.store(path.map_or(0, KernelPath::code), Ordering::Relaxed);
 }
 
+/// The path family `f` runs on now (the request clamped to this CPU).
+pub fn kernel_path(f: KernelFamily) -> KernelPath {
+    cpu_features().clamp(f, active_request())
+}
+
 /// The path `matmul` uses for f32 weights on this CPU now.
 pub fn kernel_path_f32() -> KernelPath {
-    cpu_features().clamp_f32(active_request())
+    kernel_path(KernelFamily::F32)
 }
 
 /// The path `matmul` uses for bf16 weights on this CPU now.
 pub fn kernel_path_bf16() -> KernelPath {
-    cpu_features().clamp_bf16(active_request())
+    kernel_path(KernelFamily::Bf16)
 }
 
 /// The path a call without an explicit path request resolves to.
 pub(crate) fn requested_path() -> KernelPath {
     active_request()
 }
+
+/// Defines `fn $name` from a body compiled three times — with AVX-512F
+/// (+ AVX2, FMA), with AVX2 + FMA, and for the baseline target — and runs
+/// the one `kernel_path(KernelFamily::Elementwise)` picks, so
+/// `SLUICE_KERNEL` / `set_kernel_path` steer it like every other kernel.
+/// The versions perform the same IEEE operations in the same order (Rust
+/// never contracts a multiply and an add into an FMA; `mul_add` is an FMA
+/// on every path), so they differ only in speed.
+macro_rules! multiversion {
+    ($(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
+        $(#[$m])*
+        $vis fn $name($($arg: $ty),*) $(-> $ret)? {
+            #[inline(always)]
+            fn generic($($arg: $ty),*) $(-> $ret)? $body
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f,avx2,fma")]
+                unsafe fn avx512($($arg: $ty),*) $(-> $ret)? {
+                    generic($($arg),*)
+                }
+                #[target_feature(enable = "avx2,fma")]
+                unsafe fn avx2($($arg: $ty),*) $(-> $ret)? {
+                    generic($($arg),*)
+                }
+                match $crate::kernels::kernel_path($crate::kernels::KernelFamily::Elementwise) {
+                    // SAFETY: `kernel_path` only returns a path whose
+                    // features this CPU has.
+                    $crate::kernels::KernelPath::Avx512 => return unsafe { avx512($($arg),*) },
+                    // SAFETY: as above.
+                    $crate::kernels::KernelPath::Avx2 => return unsafe { avx2($($arg),*) },
+                    $crate::kernels::KernelPath::Portable => {}
+                }
+            }
+            generic($($arg),*)
+        }
+    };
+}
+pub(crate) use multiversion;

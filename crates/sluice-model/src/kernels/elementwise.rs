@@ -4,12 +4,16 @@
 //! Owns: nothing but these functions. Promises: each row's result depends
 //! only on that row (fixed 16-lane order plus `tree16` for reductions, so
 //! batch invariance carries over), and the loops are written so the compiler
-//! vectorises them on any target without `unsafe`.
+//! vectorises them; each is compiled for AVX-512, AVX2 and the baseline
+//! (`multiversion!`) and run on the path the one dispatch picks for
+//! `KernelFamily::Elementwise`. The versions perform the same IEEE
+//! operations in the same order, so they give the same bits.
 
 // Tile and lane loops index several arrays by the same (i, j, l); ranges
 // read closer to the math than zipped iterators.
 #![allow(clippy::needless_range_loop)]
 
+use super::dispatch::multiversion;
 use super::reduce::tree16;
 
 /// `Σ a[i]·b[i]`: lane `l` accumulates `i ≡ l (mod 16)` in order, then
@@ -19,18 +23,24 @@ use super::reduce::tree16;
 /// If the lengths differ.
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len(), "dot: lengths differ");
-    let mut acc = [0.0f32; 16];
-    let mut ca = a.chunks_exact(16);
-    let mut cb = b.chunks_exact(16);
-    for (x, y) in (&mut ca).zip(&mut cb) {
-        for l in 0..16 {
-            acc[l] += x[l] * y[l];
+    dot_impl(a, b)
+}
+
+multiversion! {
+    fn dot_impl(a: &[f32], b: &[f32]) -> f32 {
+        let mut acc = [0.0f32; 16];
+        let mut ca = a.chunks_exact(16);
+        let mut cb = b.chunks_exact(16);
+        for (x, y) in (&mut ca).zip(&mut cb) {
+            for l in 0..16 {
+                acc[l] += x[l] * y[l];
+            }
         }
+        for (l, (x, y)) in ca.remainder().iter().zip(cb.remainder()).enumerate() {
+            acc[l] += x * y;
+        }
+        tree16(&acc)
     }
-    for (l, (x, y)) in ca.remainder().iter().zip(cb.remainder()).enumerate() {
-        acc[l] += x * y;
-    }
-    tree16(&acc)
 }
 
 /// `y += a·x`.
@@ -39,8 +49,14 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
 /// If the lengths differ.
 pub fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
     assert_eq!(x.len(), y.len(), "axpy: lengths differ");
-    for (y, x) in y.iter_mut().zip(x) {
-        *y += a * x;
+    axpy_impl(a, x, y);
+}
+
+multiversion! {
+    fn axpy_impl(a: f32, x: &[f32], y: &mut [f32]) {
+        for (y, x) in y.iter_mut().zip(x) {
+            *y += a * x;
+        }
     }
 }
 
@@ -61,10 +77,17 @@ pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
         "rms_norm: x is not rows of {h}"
     );
     assert_eq!(x.len(), out.len(), "rms_norm: out length");
-    for (xr, or) in x.chunks_exact(h).zip(out.chunks_exact_mut(h)) {
-        let inv = 1.0 / (sum_squares(xr) / h as f32 + eps).sqrt();
-        for ((o, &v), &g) in or.iter_mut().zip(xr).zip(weight) {
-            *o = v * inv * g;
+    rms_norm_impl(x, weight, eps, out);
+}
+
+multiversion! {
+    fn rms_norm_impl(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
+        let h = weight.len();
+        for (xr, or) in x.chunks_exact(h).zip(out.chunks_exact_mut(h)) {
+            let inv = 1.0 / (sum_squares(xr) / h as f32 + eps).sqrt();
+            for ((o, &v), &g) in or.iter_mut().zip(xr).zip(weight) {
+                *o = v * inv * g;
+            }
         }
     }
 }
@@ -80,13 +103,19 @@ pub fn silu_mul(gate_up: &[f32], width: usize, out: &mut [f32]) {
         "silu_mul: gate_up is not rows of 2×{width}"
     );
     assert_eq!(out.len() * 2, gate_up.len(), "silu_mul: out length");
-    for (gu, or) in gate_up
-        .chunks_exact(2 * width)
-        .zip(out.chunks_exact_mut(width))
-    {
-        let (g, u) = gu.split_at(width);
-        for ((o, &g), &u) in or.iter_mut().zip(g).zip(u) {
-            *o = g / (1.0 + (-g).exp()) * u;
+    silu_mul_impl(gate_up, width, out);
+}
+
+multiversion! {
+    fn silu_mul_impl(gate_up: &[f32], width: usize, out: &mut [f32]) {
+        for (gu, or) in gate_up
+            .chunks_exact(2 * width)
+            .zip(out.chunks_exact_mut(width))
+        {
+            let (g, u) = gu.split_at(width);
+            for ((o, &g), &u) in or.iter_mut().zip(g).zip(u) {
+                *o = g / (1.0 + (-g).exp()) * u;
+            }
         }
     }
 }
@@ -94,19 +123,25 @@ pub fn silu_mul(gate_up: &[f32], width: usize, out: &mut [f32]) {
 /// Softmax of one row, in place (max-subtracted; an all-`-inf` row becomes
 /// all zeros rather than NaN).
 pub fn softmax_in_place(x: &mut [f32]) {
-    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    if max == f32::NEG_INFINITY {
-        x.fill(0.0);
-        return;
-    }
-    let mut sum = 0.0f32;
-    for v in x.iter_mut() {
-        *v = (*v - max).exp();
-        sum += *v;
-    }
-    let inv = 1.0 / sum;
-    for v in x.iter_mut() {
-        *v *= inv;
+    softmax_impl(x);
+}
+
+multiversion! {
+    fn softmax_impl(x: &mut [f32]) {
+        let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        if max == f32::NEG_INFINITY {
+            x.fill(0.0);
+            return;
+        }
+        let mut sum = 0.0f32;
+        for v in x.iter_mut() {
+            *v = (*v - max).exp();
+            sum += *v;
+        }
+        let inv = 1.0 / sum;
+        for v in x.iter_mut() {
+            *v *= inv;
+        }
     }
 }
 
@@ -120,9 +155,16 @@ pub fn add_bias(x: &mut [f32], bias: &[f32]) {
         n > 0 && x.len().is_multiple_of(n),
         "add_bias: x is not rows of {n}"
     );
-    for row in x.chunks_exact_mut(n) {
-        for (v, b) in row.iter_mut().zip(bias) {
-            *v += b;
+    add_bias_impl(x, bias);
+}
+
+multiversion! {
+    fn add_bias_impl(x: &mut [f32], bias: &[f32]) {
+        let n = bias.len();
+        for row in x.chunks_exact_mut(n) {
+            for (v, b) in row.iter_mut().zip(bias) {
+                *v += b;
+            }
         }
     }
 }

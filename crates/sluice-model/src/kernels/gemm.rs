@@ -84,6 +84,8 @@ pub(crate) struct Problem<'a, X, W> {
     pub w: &'a [W],
     pub n: usize,
     pub bias: Option<&'a [f32]>,
+    /// Row stride of `out` (`>= n`): row `i` is `out[i·ldc..i·ldc + n]`.
+    pub ldc: usize,
 }
 
 /// Bytes of `x` a prefill task keeps hot (its row block), about half of L2.
@@ -173,13 +175,15 @@ pub(crate) unsafe fn run<X: Sync, W: Sync>(
     debug_assert!(p.ldx >= k);
     debug_assert!(m == 0 || p.x.len() >= (m - 1) * p.ldx + k);
     debug_assert_eq!(p.w.len(), n * k);
-    debug_assert_eq!(out.len(), m * n);
+    debug_assert!(p.ldc >= n);
+    debug_assert!(m == 0 || n == 0 || out.len() >= (m - 1) * p.ldc + n);
     debug_assert!(p.bias.is_none_or(|b| b.len() == n));
     if m == 0 || n == 0 {
         return;
     }
     if k == 0 {
-        for row in out.chunks_exact_mut(n) {
+        for i in 0..m {
+            let row = &mut out[i * p.ldc..i * p.ldc + n];
             match p.bias {
                 Some(b) => row.copy_from_slice(b),
                 None => row.fill(0.0),
@@ -233,8 +237,8 @@ pub(crate) unsafe fn run<X: Sync, W: Sync>(
                     w: unsafe { p.w.as_ptr().add(j * k) },
                     nr,
                     k,
-                    out: unsafe { out_ptr.get().add(i * n + j) },
-                    ldo: n,
+                    out: unsafe { out_ptr.get().add(i * p.ldc + j) },
+                    ldo: p.ldc,
                     bias: p
                         .bias
                         .map_or(std::ptr::null(), |b| unsafe { b.as_ptr().add(j) }),
@@ -312,7 +316,7 @@ unsafe fn run_streaming<X: Sync, W: Sync>(
                     nr,
                     k,
                     out: unsafe { out_ptr.get().add(j) },
-                    ldo: n,
+                    ldo: p.ldc,
                     bias: p
                         .bias
                         .map_or(std::ptr::null(), |b| unsafe { b.as_ptr().add(j) }),

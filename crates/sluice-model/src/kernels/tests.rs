@@ -119,6 +119,7 @@ fn check_close(
         match w {
             WeightRef::F32(w) => w[idx] as f64,
             WeightRef::Bf16(w) => bf16_to_f32(w[idx]) as f64,
+            _ => unreachable!("float weights only"),
         }
     };
     let unit = (k / 8 + 8) as f64 * 2f64.powi(-23);

@@ -1,9 +1,11 @@
 //! The forward pass over one flattened batch.
 //!
-//! Per layer: RMSNorm → fused q/k/v (+bias) → RoPE on q and k → write K/V
-//! into the paged cache at the slot mapping → paged attention → o_proj →
-//! residual; RMSNorm → fused gate/up → SwiGLU → down → residual. Then the
-//! final norm only on the rows that need logits, and the head only on those.
+//! Per layer, with the pieces of `layers.rs`: RMSNorm → the attention block
+//! (fused q/k/v (+bias) → per-head q/k RMSNorm where the architecture has
+//! it → RoPE on q and k → write K/V into the paged cache at the slot mapping
+//! → paged attention → o_proj) → residual; RMSNorm → the MLP block (fused
+//! gate/up → SwiGLU → down) → residual. Then the final norm only on the rows
+//! that need logits, and the head only on those.
 //!
 //! Promises: every buffer lives in a `Workspace` that grows to the largest
 //! step seen and is reused, so a warm step allocates nothing. A token's
@@ -12,9 +14,10 @@
 //! what makes batched, chunked and prefix-cached runs agree with a single
 //! request's.
 
-use super::ops::{add_assign, rms_norm, silu_mul};
-use super::{ForwardBatch, Model, Rope};
-use crate::attention::{paged_attention, AttentionShape, Queries, WorkItem};
+use super::layers::{AttentionBuffers, AttentionStep};
+use super::ops::{add_assign, rms_norm};
+use super::{ForwardBatch, Model};
+use crate::attention::{AttentionShape, WorkItem};
 use crate::kv_cache::KvCache;
 use anyhow::{bail, Result};
 
@@ -40,6 +43,14 @@ pub struct Workspace {
     /// Final-normed hidden states of `ForwardBatch::logits_rows`.
     final_hidden: Vec<f32>,
     logits: Vec<f32>,
+}
+
+impl Workspace {
+    /// The final-normed hidden rows the last [`Model::forward_hidden`] left
+    /// (its `logits_rows`, in order; the buffer may be longer).
+    pub fn final_hidden(&self) -> &[f32] {
+        &self.final_hidden
+    }
 }
 
 /// Resizes without shrinking; the contents are overwritten by the caller.
@@ -180,54 +191,36 @@ impl Model {
         let chunk = t.min(MLP_CHUNK);
         let gate_up = sized(gate_up, chunk * 2 * inter);
         let act = sized(act, chunk * inter);
-        let half = hd / 2;
+        let step = AttentionStep {
+            batch,
+            shape,
+            cos,
+            sin,
+            eps,
+        };
 
         for (l, layer) in self.layers.iter().enumerate() {
             rms_norm(hidden, &layer.input_layernorm, eps, normed);
-            layer.qkv_proj.forward(normed, t, qkv);
-            for (i, row) in qkv.chunks_exact_mut(qkv_width).enumerate() {
-                let (cs, sn) = (
-                    &cos[i * half..(i + 1) * half],
-                    &sin[i * half..(i + 1) * half],
-                );
-                // q heads and k heads are adjacent in the fused row.
-                Rope::apply(&mut row[..(nh + nkv) * hd], hd, cs, sn);
-            }
-            kv.write(
-                l,
-                &batch.slot_mapping,
-                qkv,
-                qkv_width,
-                q_width,
-                q_width + nkv * hd,
-            );
-            paged_attention(
-                &shape,
-                Queries {
-                    data: qkv,
-                    row_stride: qkv_width,
-                },
-                kv.layer(l),
-                &batch.seqs,
-                &batch.block_tables,
-                attn,
-                items,
-            );
-            layer.o_proj.forward(attn, t, proj);
+            let buffers = AttentionBuffers {
+                qkv: &mut *qkv,
+                attn: &mut *attn,
+                items: &mut *items,
+            };
+            layer.attention.forward(&step, l, kv, normed, buffers, proj);
             add_assign(hidden, proj, h);
 
             rms_norm(hidden, &layer.post_attention_layernorm, eps, normed);
             let mut start = 0;
             while start < t {
                 let m = (t - start).min(MLP_CHUNK);
-                let gu = &mut gate_up[..m * 2 * inter];
-                let a = &mut act[..m * inter];
-                layer
-                    .gate_up_proj
-                    .forward(&normed[start * h..(start + m) * h], m, gu);
-                silu_mul(gu, inter, a);
                 let out = &mut proj[start * h..(start + m) * h];
-                layer.down_proj.forward(a, m, out);
+                layer.mlp.forward(
+                    &normed[start * h..(start + m) * h],
+                    m,
+                    &mut gate_up[..m * 2 * inter],
+                    &mut act[..m * inter],
+                    out,
+                );
                 add_assign(&mut hidden[start * h..(start + m) * h], out, h);
                 start += m;
             }

@@ -7,6 +7,7 @@
 
 use super::Model;
 use crate::config::{CheckpointDType, GenerationConfig, ModelConfig};
+use crate::kernels::QuantFormat;
 use crate::weights::{DummySource, SafetensorsSource, WeightDType};
 use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
@@ -77,7 +78,8 @@ impl DType {
 /// What to load.
 #[derive(Clone, Debug, Default)]
 pub struct ModelSpec {
-    /// A Hugging Face model directory.
+    /// A Hugging Face model directory, or a GGUF model (a `.gguf` file, the
+    /// first part of a split set, or a directory holding one).
     pub dir: Option<PathBuf>,
     /// A built-in config name (see `builtin::NAMES`); dummy weights only.
     pub builtin: Option<String>,
@@ -85,6 +87,9 @@ pub struct ModelSpec {
     pub dtype: DType,
     /// Seed of dummy weights.
     pub seed: u64,
+    /// Quantize float linear weights to this format at load
+    /// (`--quantization q8_0|q4_0`), whatever `dtype` says.
+    pub quantization: Option<QuantFormat>,
 }
 
 /// A model ready to run, with the configs the engine needs around it.
@@ -95,6 +100,18 @@ pub struct LoadedModel {
     pub model: Arc<Model>,
     /// The directory it came from (for the tokenizer), if any.
     pub dir: Option<PathBuf>,
+    /// For a GGUF file: its tokenizer vocabulary and what else it says.
+    pub gguf: Option<GgufInfo>,
+}
+
+/// What a GGUF file carries besides the weights.
+#[derive(Clone, Debug)]
+pub struct GgufInfo {
+    /// The file (the first part of a split set).
+    pub path: PathBuf,
+    pub vocab: sluice_tokenizer::GgufVocab,
+    /// `general.sampling.*` recommendations, for the log.
+    pub sampling_defaults: Vec<String>,
 }
 
 /// Loads the model `spec` names.
@@ -111,6 +128,7 @@ pub fn load_model(spec: &ModelSpec) -> Result<LoadedModel> {
             let (config, generation) = crate::builtin::config(name)?;
             load_dummy(config, generation, spec.dtype, spec.seed)
         }
+        (Some(path), None) if crate::gguf::is_gguf_model(path) => load_gguf(spec, path),
         (Some(dir), None) => {
             if !dir.is_dir() {
                 bail!("model directory {} does not exist", dir.display());
@@ -121,7 +139,10 @@ pub fn load_model(spec: &ModelSpec) -> Result<LoadedModel> {
                 LoadFormat::Dummy => load_dummy(config, generation, spec.dtype, spec.seed)?,
                 LoadFormat::Auto => {
                     let source = SafetensorsSource::open(dir)?;
-                    let dtype = spec.dtype.resolve(config.checkpoint_dtype);
+                    let dtype = match spec.quantization {
+                        Some(q) => WeightDType::from_format(q),
+                        None => spec.dtype.resolve(config.checkpoint_dtype),
+                    };
                     let model = Model::load(&config, &source, dtype)
                         .with_context(|| format!("loading the model in {}", dir.display()))?;
                     LoadedModel {
@@ -129,6 +150,7 @@ pub fn load_model(spec: &ModelSpec) -> Result<LoadedModel> {
                         generation_config: generation,
                         model: Arc::new(model),
                         dir: None,
+                        gguf: None,
                     }
                 }
             };
@@ -153,5 +175,47 @@ pub fn load_dummy(
         generation_config,
         model: Arc::new(model),
         dir: None,
+        gguf: None,
+    })
+}
+
+/// A GGUF file: its tensors in their stored formats (`--dtype auto`), or
+/// converted to `--dtype f32|bf16`; `--quantization` quantizes float
+/// tensors at load.
+fn load_gguf(spec: &ModelSpec, path: &std::path::Path) -> Result<LoadedModel> {
+    let file = crate::gguf::resolve(path)?;
+    let mut g = crate::gguf::GgufModel::open(&file)?;
+    let info = GgufInfo {
+        path: file.clone(),
+        vocab: g.vocab,
+        sampling_defaults: g.sampling_defaults,
+    };
+    if spec.load_format == LoadFormat::Dummy {
+        let mut loaded = load_dummy(g.config, g.generation, spec.dtype, spec.seed)?;
+        loaded.gguf = Some(info);
+        return Ok(loaded);
+    }
+    let dtype = match (spec.quantization, spec.dtype) {
+        (Some(q), _) => {
+            g.source.set_keep_stored(false);
+            WeightDType::from_format(q)
+        }
+        (None, DType::Auto) => WeightDType::F32,
+        (None, other) => {
+            g.source.set_keep_stored(false);
+            other.resolve(None)
+        }
+    };
+    let mut model = Model::load(&g.config, &g.source, dtype)
+        .with_context(|| format!("loading the model in {}", file.display()))?;
+    if let Some(factors) = &g.rope_freq_factors {
+        model.rope = super::Rope::with_freq_factors(&g.config, factors);
+    }
+    Ok(LoadedModel {
+        config: g.config,
+        generation_config: g.generation,
+        model: Arc::new(model),
+        dir: None,
+        gguf: Some(info),
     })
 }

@@ -1,5 +1,5 @@
-//! Row-wise elementwise operations of the decoder: RMSNorm, residual add,
-//! SwiGLU.
+//! Row-wise elementwise operations of the decoder: RMSNorm (of rows, and
+//! in place of heads), residual add, SwiGLU.
 //!
 //! These are O(tokens × width) next to the O(tokens × width²) linear
 //! layers, but a long prefill still spends real time here (SwiGLU alone
@@ -71,6 +71,21 @@ multiversion! {
             let inv_rms = 1.0 / (mean_square + eps).sqrt();
             for ((d, &v), &w) in dst.iter_mut().zip(row).zip(weight) {
                 *d = w * (v * inv_rms);
+            }
+        }
+    }
+}
+
+multiversion! {
+    /// Every `weight.len()`-wide chunk of `x` (one head) RMS-normalised in
+    /// place and scaled by `weight`, in `rms_norm_rows`' arithmetic order.
+    fn rms_norm_heads_in_place(x: &mut [f32], weight: &[f32], eps: f32) {
+        let width = weight.len();
+        for head in x.chunks_exact_mut(width) {
+            let mean_square = dot::<false>(head, head) / width as f32;
+            let inv_rms = 1.0 / (mean_square + eps).sqrt();
+            for (v, &w) in head.iter_mut().zip(weight) {
+                *v = w * (*v * inv_rms);
             }
         }
     }
@@ -164,6 +179,19 @@ mod tests {
                 "{i}"
             );
         }
+    }
+
+    #[test]
+    fn head_norm_in_place_equals_row_norm() {
+        let x: Vec<f32> = (0..96)
+            .map(|i| ((i * 13) % 17) as f32 / 3.0 - 2.0)
+            .collect();
+        let w: Vec<f32> = (0..32).map(|i| 0.5 + i as f32 / 32.0).collect();
+        let mut rows = vec![0.0; 96];
+        rms_norm(&x, &w, 1e-6, &mut rows);
+        let mut heads = x.clone();
+        rms_norm_heads_in_place(&mut heads, &w, 1e-6);
+        assert_eq!(heads, rows);
     }
 
     /// Large batches take the parallel split; rows must come out the same

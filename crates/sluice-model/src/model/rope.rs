@@ -56,6 +56,17 @@ impl Rope {
         Rope { inv_freq }
     }
 
+    /// `new`, with each frequency divided by its factor (llama.cpp's
+    /// `rope_freqs` tensor, which is how its converter stores Llama 3.1's
+    /// long-context scaling). `factors` has `head_dim / 2` entries.
+    pub fn with_freq_factors(config: &ModelConfig, factors: &[f32]) -> Self {
+        let mut rope = Rope::new(config);
+        for (f, d) in rope.inv_freq.iter_mut().zip(factors) {
+            *f /= *d;
+        }
+        rope
+    }
+
     pub fn inv_freq(&self) -> &[f32] {
         &self.inv_freq
     }

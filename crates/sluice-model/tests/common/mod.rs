@@ -8,12 +8,15 @@
 use serde_json::Value;
 use sluice_core::{NewRequest, SampleLogprobs, SamplingParams, Scheduler, SchedulerConfig};
 use sluice_model::kv_cache::KvCacheConfig;
-use sluice_model::runner::ModelRunner;
+use sluice_model::model::Model;
+use sluice_model::runner::{CpuBackend, ForwardBackend, ModelRunner};
+use sluice_model::weights::{SafetensorsSource, TensorSource, Weight, WeightDType};
 use sluice_model::{load_model, DType, LoadFormat, LoadedModel, ModelSpec};
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
-pub const FIXTURES: &[&str] = &["tiny-qwen2", "tiny-llama"];
+pub const FIXTURES: &[&str] = &["tiny-qwen2", "tiny-llama", "tiny-qwen3"];
 /// The README's suggested tolerance for an f32 engine.
 pub const ATOL: f32 = 1e-4;
 
@@ -92,6 +95,7 @@ pub fn fixture(name: &'static str) -> Fixture {
         load_format: LoadFormat::Auto,
         dtype: DType::F32,
         seed: 0,
+        quantization: None,
     })
     .expect("fixture loads");
     Fixture {
@@ -131,10 +135,11 @@ pub struct Finished {
     pub num_cached_tokens: usize,
 }
 
-/// Scheduler + runner, stepped like the engine's loop.
-pub struct Driver {
+/// Scheduler + runner (on the CPU model unless another backend is given),
+/// stepped like the engine's loop.
+pub struct Driver<B: ForwardBackend = CpuBackend> {
     pub sched: Scheduler,
-    pub runner: ModelRunner,
+    pub runner: ModelRunner<B>,
     pub results: HashMap<String, Finished>,
     pub steps: usize,
 }
@@ -143,6 +148,12 @@ impl Driver {
     pub fn new(loaded: &LoadedModel, config: SchedulerConfig) -> Self {
         let kv = KvCacheConfig::new(config.block_size, config.num_gpu_blocks);
         let runner = ModelRunner::new(loaded, kv).expect("runner");
+        Driver::with_runner(runner, config)
+    }
+}
+
+impl<B: ForwardBackend> Driver<B> {
+    pub fn with_runner(runner: ModelRunner<B>, config: SchedulerConfig) -> Self {
         assert_eq!(runner.num_kv_blocks(), config.num_gpu_blocks);
         Driver {
             sched: Scheduler::new(config).expect("scheduler"),
@@ -214,4 +225,38 @@ pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
         .zip(b)
         .map(|(x, y)| (x - y).abs())
         .fold(0.0, f32::max)
+}
+
+/// A fixture's checkpoint, but v_proj and up_proj handed out in bf16 while
+/// everything else stays f32: what a GGUF source does with a file that
+/// stores the parts of one layer in different formats.
+pub struct MixedFormats(pub SafetensorsSource);
+
+impl TensorSource for MixedFormats {
+    fn read_into(&self, name: &str, shape: &[usize], out: &mut Weight) -> anyhow::Result<()> {
+        self.0.read_into(name, shape, out)
+    }
+
+    fn contains(&self, name: &str) -> bool {
+        self.0.contains(name)
+    }
+
+    fn format_of(&self, name: &str, requested: WeightDType) -> anyhow::Result<WeightDType> {
+        let bf16 = name.contains("v_proj") || name.contains("up_proj");
+        Ok(if bf16 { WeightDType::Bf16 } else { requested })
+    }
+}
+
+/// The fixture's model loaded through [`MixedFormats`] (q/k/v and gate/up
+/// become linear layers of parts).
+pub fn mixed_formats(f: &Fixture) -> LoadedModel {
+    let source = MixedFormats(SafetensorsSource::open(&f.dir).unwrap());
+    let model = Model::load(&f.loaded.config, &source, WeightDType::F32).unwrap();
+    LoadedModel {
+        config: f.loaded.config.clone(),
+        generation_config: f.loaded.generation_config.clone(),
+        model: Arc::new(model),
+        dir: None,
+        gguf: None,
+    }
 }

@@ -1,15 +1,17 @@
-//! `ModelExecutor`: the `Executor` over sluice-model's `ModelRunner`, i.e.
-//! a real forward pass on CPU with the paged KV cache.
+//! `ModelExecutor`: the engine's `Executor` (the trait of
+//! `sluice_core::executor`) over this crate's `ModelRunner`, i.e. a real
+//! forward pass with the paged KV cache, on the CPU by default.
 //!
 //! It only sizes the KV pool and forwards each step; the runner owns the
-//! persistent batch, the KV storage and sampling.
+//! persistent batch and sampling, the backend the KV storage. It lives here
+//! rather than in sluice-engine so that the engine depends on the executor
+//! trait alone, not on this crate.
 
-use super::Executor;
+use crate::kv_cache::KvCacheConfig;
+use crate::runner::{CpuBackend, ForwardBackend, ModelRunner};
+use crate::LoadedModel;
 use anyhow::Result;
-use sluice_core::{ModelRunnerOutput, SchedulerOutput};
-use sluice_model::kv_cache::KvCacheConfig;
-use sluice_model::runner::ModelRunner;
-use sluice_model::LoadedModel;
+use sluice_core::{Executor, ModelRunnerOutput, SchedulerOutput};
 
 /// How large the KV pool is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,14 +23,13 @@ pub enum KvCacheSize {
     Bytes(usize),
 }
 
-/// Runs scheduler steps on a loaded model.
-pub struct ModelExecutor {
-    runner: ModelRunner,
-    vocab_size: usize,
+/// Runs scheduler steps on a loaded model (through any forward backend).
+pub struct ModelExecutor<B: ForwardBackend = CpuBackend> {
+    runner: ModelRunner<B>,
 }
 
 impl ModelExecutor {
-    /// A runner for `model` with blocks of `block_size` tokens. `seed`
+    /// A CPU runner for `model` with blocks of `block_size` tokens. `seed`
     /// seeds the default per-request seeds (requests without their own).
     pub fn new(
         model: &LoadedModel,
@@ -43,24 +44,28 @@ impl ModelExecutor {
             }
         };
         let runner = ModelRunner::new(model, kv)?.with_seed(seed);
-        Ok(ModelExecutor {
-            runner,
-            vocab_size: model.config.vocab_size,
-        })
+        Ok(ModelExecutor { runner })
+    }
+}
+
+impl<B: ForwardBackend> ModelExecutor<B> {
+    /// An executor over a runner on any backend.
+    pub fn from_runner(runner: ModelRunner<B>) -> Self {
+        ModelExecutor { runner }
     }
 
-    pub fn runner(&self) -> &ModelRunner {
+    pub fn runner(&self) -> &ModelRunner<B> {
         &self.runner
     }
 }
 
-impl Executor for ModelExecutor {
+impl<B: ForwardBackend> Executor for ModelExecutor<B> {
     fn num_kv_blocks(&self) -> usize {
         self.runner.num_kv_blocks()
     }
 
     fn vocab_size(&self) -> Option<usize> {
-        Some(self.vocab_size)
+        Some(self.runner.vocab_size())
     }
 
     fn execute(&mut self, scheduler_output: &SchedulerOutput) -> Result<ModelRunnerOutput> {

@@ -1,0 +1,46 @@
+//! The seam between the engine loop and whatever computes tokens: the
+//! [`Executor`] trait.
+//!
+//! It lives here, beside [`SchedulerOutput`] and [`ModelRunnerOutput`]
+//! (the two values that cross it), so that both sides depend only on this
+//! crate: the engine drives any `Executor` without depending on a model
+//! crate, and a model crate (sluice-model's `ModelExecutor`, a future CUDA
+//! one) implements it without depending on the engine.
+//!
+//! An `Executor` receives every `SchedulerOutput` in order (the incremental
+//! protocol: full data for new requests, deltas for cached ones, finished
+//! and preempted ids) and answers with the sampled tokens. It owns the KV
+//! cache storage; the scheduler only hands out block ids, so the executor
+//! tells the engine how many blocks its pool holds.
+
+use crate::output::{ModelRunnerOutput, SchedulerOutput};
+
+/// Runs scheduler steps. Lives on the engine thread (hence `Send`).
+pub trait Executor: Send {
+    /// Blocks in the KV pool, null block included: becomes the scheduler's
+    /// `num_gpu_blocks`.
+    fn num_kv_blocks(&self) -> usize;
+
+    /// Token ids the model accepts (`0..vocab_size`), if known: prompts with
+    /// other ids are refused up front instead of failing a step.
+    fn vocab_size(&self) -> Option<usize> {
+        None
+    }
+
+    /// Executes one step. Called for every `schedule()`, also when nothing
+    /// was scheduled (so the executor drops finished requests' state). An
+    /// error fails every request in flight; the engine keeps serving.
+    fn execute(&mut self, scheduler_output: &SchedulerOutput) -> anyhow::Result<ModelRunnerOutput>;
+}
+
+impl<E: Executor + ?Sized> Executor for Box<E> {
+    fn num_kv_blocks(&self) -> usize {
+        (**self).num_kv_blocks()
+    }
+    fn vocab_size(&self) -> Option<usize> {
+        (**self).vocab_size()
+    }
+    fn execute(&mut self, scheduler_output: &SchedulerOutput) -> anyhow::Result<ModelRunnerOutput> {
+        (**self).execute(scheduler_output)
+    }
+}

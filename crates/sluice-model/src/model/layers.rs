@@ -1,0 +1,309 @@
+//! The shared pieces every architecture's decoder is built from: the
+//! attention block (fused q/k/v, optional per-head q/k RMSNorm, RoPE, paged
+//! attention, o_proj), the SwiGLU MLP block (fused gate/up, down), and the
+//! loader that reads them by [`TensorId`] through the architecture's names.
+//!
+//! Which pieces a layer has is [`LayerPieces`], decided by the architecture
+//! (`model/arch/`); this file is the only place a piece is implemented, so
+//! an architecture adds no forward-pass code unless it needs a new piece.
+//!
+//! Promises: loading checks every tensor's shape (errors name the tensor);
+//! q/k/v and gate/up are fused into one matrix whenever their formats agree
+//! (see `linear.rs`). The forward functions write only into the buffers
+//! they are given, so a warm step allocates nothing, and treat every row
+//! (token) independently outside paged attention.
+
+use super::arch::{Arch, LayerPieces, Role, TensorId, TensorNaming};
+use super::linear::{Linear, LinearPart, LinearWeight};
+use super::ops::{rms_norm_heads_in_place, silu_mul};
+use super::{ForwardBatch, Rope};
+use crate::attention::{paged_attention, AttentionShape, Queries, WorkItem};
+use crate::config::ModelConfig;
+use crate::kv_cache::KvCache;
+use crate::weights::{TensorSource, Weight, WeightDType};
+use anyhow::Result;
+
+/// Per-head RMSNorm weights of q and k (`head_dim` each), shared by every
+/// head.
+#[derive(Clone, Debug)]
+pub struct QkNorm {
+    pub q: Vec<f32>,
+    pub k: Vec<f32>,
+}
+
+/// The attention block of one layer.
+#[derive(Clone, Debug)]
+pub struct Attention {
+    /// Rows: q heads, then k heads, then v heads.
+    pub qkv_proj: Linear,
+    pub o_proj: Linear,
+    pub qk_norm: Option<QkNorm>,
+}
+
+/// The SwiGLU MLP block of one layer.
+#[derive(Clone, Debug)]
+pub struct Mlp {
+    /// Rows: gate, then up.
+    pub gate_up_proj: Linear,
+    pub down_proj: Linear,
+}
+
+/// One transformer block: pre-norm attention, then pre-norm MLP, each
+/// added to the residual stream.
+#[derive(Clone, Debug)]
+pub struct DecoderLayer {
+    pub input_layernorm: Vec<f32>,
+    pub attention: Attention,
+    pub post_attention_layernorm: Vec<f32>,
+    pub mlp: Mlp,
+}
+
+/// Reads tensors by role, spelled by the architecture in the source's
+/// naming.
+pub(crate) struct Loader<'a> {
+    pub source: &'a dyn TensorSource,
+    pub arch: &'static dyn Arch,
+    pub naming: TensorNaming,
+    /// What linear weights and the embedding are asked for in.
+    pub dtype: WeightDType,
+}
+
+impl Loader<'_> {
+    pub fn name(&self, id: TensorId) -> String {
+        self.arch.tensor_name(id, self.naming)
+    }
+
+    /// A norm weight (always f32).
+    pub fn vector(&self, id: TensorId, len: usize) -> Result<Vec<f32>> {
+        Ok(self
+            .source
+            .read(&self.name(id), &[len], WeightDType::F32)?
+            .into_f32())
+    }
+
+    /// A matrix in the format the source hands it out in; integer formats
+    /// repacked for the kernels (`Weight::pack`: the same results, several
+    /// times faster than reading ggml's layout on every call).
+    pub fn matrix(&self, id: TensorId, shape: &[usize]) -> Result<Weight> {
+        let name = self.name(id);
+        let dtype = self.source.format_of(&name, self.dtype)?;
+        let (rows, cols) = (shape[0], shape.iter().skip(1).product());
+        Ok(self.source.read(&name, shape, dtype)?.pack(rows, cols))
+    }
+
+    /// A linear layer over `parts` (`(weight id, rows)`, stacked in order)
+    /// with `in_features` columns: one fused matrix if every part comes in
+    /// the same format, else one matrix per part.
+    pub fn linear(
+        &self,
+        parts: &[(TensorId, usize)],
+        in_features: usize,
+        with_bias: bool,
+    ) -> Result<Linear> {
+        let named: Vec<(String, Vec<usize>)> = parts
+            .iter()
+            .map(|&(id, rows)| (self.name(id), vec![rows, in_features]))
+            .collect();
+        let formats = named
+            .iter()
+            .map(|(name, _)| self.source.format_of(name, self.dtype))
+            .collect::<Result<Vec<_>>>()?;
+        let shared = match formats.split_first() {
+            Some((first, rest)) if rest.iter().all(|f| f == first) => Some(*first),
+            _ => None,
+        };
+        let weight = if let Some(format) = shared {
+            let rows = named.iter().map(|(_, s)| s[0]).sum();
+            LinearWeight::Fused(
+                self.source
+                    .read_fused(&named, format)?
+                    .pack(rows, in_features),
+            )
+        } else {
+            let mut v = Vec::with_capacity(parts.len());
+            for ((name, shape), format) in named.iter().zip(formats) {
+                v.push(LinearPart {
+                    weight: self
+                        .source
+                        .read(name, shape, format)?
+                        .pack(shape[0], in_features),
+                    out_features: shape[0],
+                });
+            }
+            LinearWeight::Parts(v)
+        };
+        let bias = if with_bias {
+            let biases: Vec<(String, Vec<usize>)> = parts
+                .iter()
+                .map(|&(id, rows)| (self.name(id.bias()), vec![rows]))
+                .collect();
+            Some(
+                self.source
+                    .read_fused(&biases, WeightDType::F32)?
+                    .into_f32(),
+            )
+        } else {
+            None
+        };
+        Ok(Linear {
+            weight,
+            bias,
+            in_features,
+            out_features: parts.iter().map(|(_, r)| r).sum(),
+        })
+    }
+}
+
+impl DecoderLayer {
+    /// Layer `i` of a model of `c`'s shape, with the pieces `c` names.
+    pub(crate) fn load(ld: &Loader<'_>, c: &ModelConfig, i: usize) -> Result<Self> {
+        let p: LayerPieces = c.pieces();
+        let (h, hd, inter) = (c.hidden_size, c.head_dim, c.intermediate_size);
+        let q_rows = c.num_attention_heads * hd;
+        let kv_rows = c.num_key_value_heads * hd;
+        let id = |role| TensorId::layer(i, role);
+        let qk_norm = if p.qk_norm {
+            Some(QkNorm {
+                q: ld.vector(id(Role::QNorm), hd)?,
+                k: ld.vector(id(Role::KNorm), hd)?,
+            })
+        } else {
+            None
+        };
+        Ok(DecoderLayer {
+            input_layernorm: ld.vector(id(Role::InputNorm), h)?,
+            attention: Attention {
+                qkv_proj: ld.linear(
+                    &[
+                        (id(Role::QProj), q_rows),
+                        (id(Role::KProj), kv_rows),
+                        (id(Role::VProj), kv_rows),
+                    ],
+                    h,
+                    p.qkv_bias,
+                )?,
+                o_proj: ld.linear(&[(id(Role::OProj), h)], q_rows, p.o_bias)?,
+                qk_norm,
+            },
+            post_attention_layernorm: ld.vector(id(Role::PostAttentionNorm), h)?,
+            mlp: Mlp {
+                gate_up_proj: ld.linear(
+                    &[(id(Role::GateProj), inter), (id(Role::UpProj), inter)],
+                    h,
+                    p.mlp_bias,
+                )?,
+                down_proj: ld.linear(&[(id(Role::DownProj), h)], inter, p.mlp_bias)?,
+            },
+        })
+    }
+
+    /// Bytes of weights held.
+    pub fn size_in_bytes(&self) -> usize {
+        let a = &self.attention;
+        let norms = self.input_layernorm.len()
+            + self.post_attention_layernorm.len()
+            + a.qk_norm.as_ref().map_or(0, |n| n.q.len() + n.k.len());
+        a.qkv_proj.size_in_bytes()
+            + a.o_proj.size_in_bytes()
+            + self.mlp.gate_up_proj.size_in_bytes()
+            + self.mlp.down_proj.size_in_bytes()
+            + 4 * norms
+    }
+}
+
+/// What the attention block needs to know about the step, the same for
+/// every layer.
+pub(super) struct AttentionStep<'a> {
+    pub batch: &'a ForwardBatch,
+    pub shape: AttentionShape,
+    /// Per token, `head_dim / 2` values (`Rope::cos_sin`).
+    pub cos: &'a [f32],
+    pub sin: &'a [f32],
+    pub eps: f32,
+}
+
+/// The attention block's buffers.
+pub(super) struct AttentionBuffers<'a> {
+    /// `[tokens × qkv width]`.
+    pub qkv: &'a mut [f32],
+    /// `[tokens × q width]`.
+    pub attn: &'a mut [f32],
+    pub items: &'a mut Vec<WorkItem>,
+}
+
+impl Attention {
+    /// `out[t × hidden]` = the block's output for the normed input `x`
+    /// (`[t × hidden]`), writing the step's K/V into layer `layer` of `kv`.
+    pub(super) fn forward(
+        &self,
+        step: &AttentionStep<'_>,
+        layer: usize,
+        kv: &mut KvCache,
+        x: &[f32],
+        buf: AttentionBuffers<'_>,
+        out: &mut [f32],
+    ) {
+        let s = &step.shape;
+        let (hd, nh, nkv) = (s.head_dim, s.num_heads, s.num_kv_heads);
+        let t = step.batch.num_tokens();
+        let q_width = nh * hd;
+        let qkv_width = (nh + 2 * nkv) * hd;
+        let half = hd / 2;
+        let AttentionBuffers { qkv, attn, items } = buf;
+        self.qkv_proj.forward(x, t, qkv);
+        for (i, row) in qkv.chunks_exact_mut(qkv_width).enumerate() {
+            if let Some(n) = &self.qk_norm {
+                // Each head on its own, before RoPE (Qwen3).
+                let (q, rest) = row.split_at_mut(q_width);
+                rms_norm_heads_in_place(q, &n.q, step.eps);
+                rms_norm_heads_in_place(&mut rest[..nkv * hd], &n.k, step.eps);
+            }
+            let (cs, sn) = (
+                &step.cos[i * half..(i + 1) * half],
+                &step.sin[i * half..(i + 1) * half],
+            );
+            // q heads and k heads are adjacent in the fused row.
+            Rope::apply(&mut row[..(nh + nkv) * hd], hd, cs, sn);
+        }
+        kv.write(
+            layer,
+            &step.batch.slot_mapping,
+            qkv,
+            qkv_width,
+            q_width,
+            q_width + nkv * hd,
+        );
+        paged_attention(
+            s,
+            Queries {
+                data: qkv,
+                row_stride: qkv_width,
+            },
+            kv.layer(layer),
+            &step.batch.seqs,
+            &step.batch.block_tables,
+            attn,
+            items,
+        );
+        self.o_proj.forward(attn, t, out);
+    }
+}
+
+impl Mlp {
+    /// `out[m × hidden]` = the block's output for the normed input `x`
+    /// (`[m × hidden]`), through `gate_up` (`[m × 2·inter]`) and `act`
+    /// (`[m × inter]`).
+    pub(super) fn forward(
+        &self,
+        x: &[f32],
+        m: usize,
+        gate_up: &mut [f32],
+        act: &mut [f32],
+        out: &mut [f32],
+    ) {
+        let inter = self.down_proj.in_features;
+        self.gate_up_proj.forward(x, m, gate_up);
+        silu_mul(gate_up, inter, act);
+        self.down_proj.forward(act, m, out);
+    }
+}
