@@ -1,6 +1,8 @@
-//! `sluice bench-model`: model throughput on dummy weights, through the real
-//! scheduler and model runner (schedule → execute → update_from_output, the
-//! engine's loop), no HTTP, no tokenizer.
+//! `sluice bench-model`: model throughput through the real scheduler and
+//! model runner (schedule → execute → update_from_output, the engine's
+//! loop), no HTTP, no tokenizer — on a built-in shape with dummy weights, or
+//! on a real model (a GGUF file or a Hugging Face directory; `--load-format
+//! dummy` gives its shape random weights).
 //!
 //! Figures (each the median over `--repeats` runs):
 //! - prefill tok/s: one request of `--prompt-len` tokens; its prefill step
@@ -10,7 +12,10 @@
 //!   batch);
 //! - output tok/s including prefill: all output tokens of the run over its
 //!   whole wall time (the anchor's "incl. prefill" figure);
-//! - peak RSS (`VmHWM`).
+//! - peak RSS (`VmHWM`);
+//! - the stream read bandwidth measured in the same run, and batch-1
+//!   decode as a fraction of the bound it sets (weight bytes read per
+//!   token ÷ bandwidth).
 //!
 //! The readable table goes to stderr, one JSON object to stdout.
 
@@ -18,24 +23,36 @@ use crate::exit::{bad_config, config_error, exit_code};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use sluice_core::{NewRequest, SamplingParams, Scheduler, SchedulerConfig};
+use sluice_model::kernels::QuantFormat;
 use sluice_model::kv_cache::KvCacheConfig;
 use sluice_model::runner::ModelRunner;
-use sluice_model::{builtin, load_dummy, DType, LoadedModel};
+use sluice_model::weights::WeightDType;
+use sluice_model::{builtin, load_dummy_as, load_model, DType, LoadFormat, LoadedModel, ModelSpec};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 #[derive(Args)]
 pub struct BenchModelArgs {
-    /// Built-in model shape (dummy weights).
-    #[arg(long, default_value = "qwen2.5-0.5b")]
+    /// A built-in model shape (dummy weights: tiny, qwen2.5-0.5b), or a
+    /// model file: a GGUF file (or a directory holding one) or a Hugging
+    /// Face model directory.
+    #[arg(long, default_value = "qwen2.5-0.5b", value_name = "NAME|PATH")]
     model: String,
-    /// Vocabulary size of the dummy model (32000, the size the README's
+    /// Vocabulary size of a built-in shape (32000, the size the README's
     /// llama.cpp and transformers figures were measured with).
     #[arg(long, default_value_t = 32000)]
     vocab_size: usize,
-    /// Weight dtype: bf16 or f32.
-    #[arg(long, default_value = "bf16")]
+    /// Weight dtype: auto (bf16 for a built-in shape; a file's own), bf16
+    /// or f32.
+    #[arg(long, default_value = "auto")]
     dtype: String,
+    /// For a model file: auto (its weights) or dummy (random weights of its
+    /// shape).
+    #[arg(long, default_value = "auto", value_name = "FORMAT")]
+    load_format: LoadFormat,
+    /// Quantize a float checkpoint's linear weights at load (q8_0, q4_0).
+    #[arg(long, value_name = "TYPE")]
+    quantization: Option<String>,
     /// Kernel threads.
     #[arg(long, default_value_t = 2)]
     threads: usize,
@@ -168,6 +185,47 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
+/// Stream read bandwidth in bytes/s on the kernel threads: the best of a
+/// few passes over a buffer far larger than the caches (the figure a
+/// decode step's weight reads are bounded by).
+fn stream_read_bandwidth() -> f64 {
+    const BYTES: usize = 512 << 20;
+    const CHUNK: usize = 1 << 17; // 1 MiB of u64
+    let buf: Vec<u64> = (0..BYTES / 8).map(|i| i as u64).collect();
+    let chunks = buf.len().div_ceil(CHUNK);
+    let mut best = 0.0f64;
+    for _ in 0..5 {
+        let total = std::sync::atomic::AtomicU64::new(0);
+        let t0 = Instant::now();
+        sluice_model::kernels::parallel_for(chunks, |c| {
+            let part = &buf[c * CHUNK..((c + 1) * CHUNK).min(buf.len())];
+            // Eight independent lanes, so loads (not the fold) bound it.
+            let mut acc = [0u64; 8];
+            for w in part.chunks_exact(8) {
+                for l in 0..8 {
+                    acc[l] ^= w[l];
+                }
+            }
+            let folded = acc.iter().fold(0, |a, &x| a ^ x);
+            total.fetch_xor(folded, std::sync::atomic::Ordering::Relaxed);
+        });
+        std::hint::black_box(total.into_inner());
+        best = best.max(BYTES as f64 / t0.elapsed().as_secs_f64());
+    }
+    best
+}
+
+/// Weight bytes a decode step reads per token: every layer, the final
+/// norm and the head (the embedding itself when tied; an untied
+/// embedding only gives one row).
+fn bytes_read_per_token(loaded: &LoadedModel) -> usize {
+    let m = &loaded.model;
+    match &m.lm_head {
+        Some(_) => m.weight_bytes() - m.embed_tokens.size_in_bytes(),
+        None => m.weight_bytes(),
+    }
+}
+
 /// Peak resident set size in bytes (`VmHWM` of /proc/self/status).
 fn peak_rss_bytes() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -181,9 +239,18 @@ fn bench(args: &BenchModelArgs) -> Result<()> {
         .dtype
         .parse()
         .map_err(|e| bad_config(format!("--dtype: {e}")))?;
-    if dtype == DType::Auto {
-        return Err(bad_config("--dtype must be bf16 or f32"));
-    }
+    let quantization = match &args.quantization {
+        None => None,
+        Some(q) => match QuantFormat::from_name(q) {
+            Some(f) if f.can_quantize() && !f.is_float() => Some(f),
+            _ => {
+                return Err(bad_config(format!(
+                    "--quantization: {q:?} is not a format sluice quantizes to at load (q8_0, \
+                     q4_0, q4_1, q5_0, q5_1)"
+                )))
+            }
+        },
+    };
     if args.repeats == 0 || args.prompt_len == 0 || args.output_len == 0 {
         return Err(bad_config(
             "--repeats, --prompt-len and --output-len must be at least 1",
@@ -214,25 +281,49 @@ fn bench(args: &BenchModelArgs) -> Result<()> {
         )));
     };
     sluice_model::kernels::set_num_threads(args.threads);
-    let (mut config, mut generation) = builtin::config(&args.model)
-        .context("--model")
-        .map_err(config_error)?;
-    config.vocab_size = args.vocab_size;
-    // A smaller vocabulary may cut off the EOS ids; the benchmark ignores
-    // EOS anyway.
-    let in_vocab = |id: &u32| (*id as usize) < args.vocab_size;
-    config.eos_token_ids.retain(in_vocab);
-    generation.eos_token_ids.retain(in_vocab);
-    config
-        .validate()
-        .context("--vocab-size")
-        .map_err(config_error)?;
-    // Before the weights are generated (seconds): a KV cache that cannot
-    // fit is known from the shape alone.
     let kv = KvCacheConfig::new(args.block_size, num_blocks);
-    kv.check(&config).context(kv_flags).map_err(config_error)?;
+    let path = std::path::Path::new(&args.model);
     let t0 = Instant::now();
-    let loaded = load_dummy(config, generation, dtype, args.seed)?;
+    let loaded = if path.exists() {
+        let spec = ModelSpec {
+            dir: Some(path.to_path_buf()),
+            builtin: None,
+            load_format: args.load_format,
+            dtype,
+            seed: args.seed,
+            quantization,
+        };
+        let loaded = load_model(&spec)
+            .with_context(|| format!("--model {}", path.display()))
+            .map_err(config_error)?;
+        kv.check(&loaded.config)
+            .context(kv_flags)
+            .map_err(config_error)?;
+        loaded
+    } else {
+        let (mut config, mut generation) = builtin::config(&args.model)
+            .context("--model (neither a built-in shape nor an existing path)")
+            .map_err(config_error)?;
+        config.vocab_size = args.vocab_size;
+        // A smaller vocabulary may cut off the EOS ids; the benchmark
+        // ignores EOS anyway.
+        let in_vocab = |id: &u32| (*id as usize) < args.vocab_size;
+        config.eos_token_ids.retain(in_vocab);
+        generation.eos_token_ids.retain(in_vocab);
+        config
+            .validate()
+            .context("--vocab-size")
+            .map_err(config_error)?;
+        // Before the weights are generated (seconds): a KV cache that
+        // cannot fit is known from the shape alone.
+        kv.check(&config).context(kv_flags).map_err(config_error)?;
+        let weights = match quantization {
+            Some(q) => WeightDType::from_format(q),
+            None if dtype == DType::F32 => WeightDType::F32,
+            None => WeightDType::Bf16,
+        };
+        load_dummy_as(config, generation, weights, args.seed)?
+    };
     let load_s = t0.elapsed().as_secs_f64();
 
     let max_model_len = seq_len.saturating_add(1);
@@ -281,6 +372,10 @@ fn bench(args: &BenchModelArgs) -> Result<()> {
     }
     let peak_rss = peak_rss_bytes();
     let weight_bytes = b.loaded.model.weight_bytes();
+    let per_token = bytes_read_per_token(&b.loaded);
+    let bandwidth = stream_read_bandwidth();
+    let decode_1 = levels.iter().find(|&&(c, _, _)| c == 1).map(|&(_, d, _)| d);
+    let bound_fraction = decode_1.map(|d| d * per_token as f64 / bandwidth);
 
     let c = &b.loaded.config;
     eprintln!(
@@ -313,6 +408,21 @@ fn bench(args: &BenchModelArgs) -> Result<()> {
     if let Some(rss) = peak_rss {
         eprintln!("  {:<34} {:>10.0}", "peak RSS MB", rss as f64 / 1e6);
     }
+    eprintln!(
+        "  {:<34} {:>10.1}",
+        "stream read GB/s (same run)",
+        bandwidth / 1e9
+    );
+    if let Some(f) = bound_fraction {
+        eprintln!(
+            "  {:<34} {:>10.2}",
+            format!(
+                "1-request decode / bound ({:.0} MB/token)",
+                per_token as f64 / 1e6
+            ),
+            f
+        );
+    }
 
     let json = serde_json::json!({
         "model": args.model,
@@ -323,6 +433,9 @@ fn bench(args: &BenchModelArgs) -> Result<()> {
         "output_len": args.output_len,
         "repeats": args.repeats,
         "weight_bytes": weight_bytes,
+        "weight_bytes_read_per_token": per_token,
+        "stream_read_bytes_per_s": bandwidth,
+        "decode_1_fraction_of_bandwidth_bound": bound_fraction,
         "prefill_tok_s": prefill,
         "decode_tok_s": levels.iter().map(|&(c, d, _)| (c.to_string(), d.into())).collect::<serde_json::Map<_, _>>(),
         "output_tok_s_incl_prefill": levels.iter().map(|&(c, _, o)| (c.to_string(), o.into())).collect::<serde_json::Map<_, _>>(),

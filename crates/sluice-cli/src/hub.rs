@@ -648,13 +648,31 @@ impl Hub<'_> {
             }
             Want::Safetensors { weights } => {
                 if !has("config.json") {
-                    if !gguf_sets(names.iter().copied()).is_empty() {
-                        bail!(
-                            "{}: a GGUF repository: pick a quantization with \
-                             --model {}:QUANT (e.g. :Q4_K_M) or --gguf-file NAME",
-                            self.flag(),
-                            self.id.repo
+                    let sets = gguf_sets(names.iter().copied());
+                    if !sets.is_empty() {
+                        // A GGUF repository with no quant named: Q4_K_M, as
+                        // llama.cpp's `-hf` takes, or its only file set.
+                        let set = match pick_gguf(&names, &GgufPick::Quant("Q4_K_M".into())) {
+                            Ok(set) => set,
+                            Err(_) if sets.len() == 1 => {
+                                pick_gguf(&names, &GgufPick::File(sets[0].parts[0].clone()))
+                                    .map_err(|e| anyhow!("{}: {e}", self.flag()))?
+                            }
+                            Err(e) => bail!(
+                                "{}: a GGUF repository without a Q4_K_M file ({e}): pick one \
+                                 with --model {}:QUANT or --gguf-file NAME",
+                                self.flag(),
+                                self.id.repo
+                            ),
+                        };
+                        eprintln!(
+                            "sluice: {}: no quantization given, using {}",
+                            self.id.repo, set.parts[0]
                         );
+                        for part in &set.parts {
+                            self.download(&api, &snapshot, part)?;
+                        }
+                        return Ok(snapshot.join(&set.parts[0]));
                     }
                     bail!(
                         "{}: the repository has no config.json (not a transformers model)",

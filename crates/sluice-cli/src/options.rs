@@ -256,10 +256,14 @@ pub fn prepare_engine(model: &ModelArgs, sched: &SchedulerArgs) -> Result<Prepar
         seed: model.model_seed,
         quantization: model.quantization,
     };
-    let loaded = sluice_model::load_model(&spec).with_context(|| match &resolved {
-        Some(r) => model_label(r),
-        None => format!("--builtin {}", builtin.as_deref().unwrap_or_default()),
-    })?;
+    // A model that cannot be loaded (a missing tensor, a wrong shape, an
+    // unsupported type or architecture) is bad input: exit status 2.
+    let loaded = sluice_model::load_model(&spec)
+        .with_context(|| match &resolved {
+            Some(r) => model_label(r),
+            None => format!("--builtin {}", builtin.as_deref().unwrap_or_default()),
+        })
+        .map_err(config_error)?;
     let tokenizer = match (&resolved, &loaded.gguf) {
         (Some(r), Some(gguf)) => {
             for line in &gguf.sampling_defaults {
@@ -268,13 +272,17 @@ pub fn prepare_engine(model: &ModelArgs, sched: &SchedulerArgs) -> Result<Prepar
                      own sampling)"
                 );
             }
-            let tok = Tokenizer::from_gguf_vocab(&gguf.vocab).with_context(|| model_label(r))?;
+            let tok = Tokenizer::from_gguf_vocab(&gguf.vocab)
+                .with_context(|| model_label(r))
+                .map_err(config_error)?;
             for w in tok.warnings() {
                 eprintln!("sluice: tokenizer: {w}");
             }
             tok
         }
-        (Some(r), None) => Tokenizer::from_dir(&r.path).with_context(|| model_label(r))?,
+        (Some(r), None) => Tokenizer::from_dir(&r.path)
+            .with_context(|| model_label(r))
+            .map_err(config_error)?,
         (None, _) => Tokenizer::builtin(),
     };
     let model_name = match (&resolved, &builtin) {

@@ -422,8 +422,7 @@ fn sharded_repo(seed: &str) -> MockRepo {
 
 /// A GGUF repository: several quantizations, a split set and a projector.
 fn gguf_repo() -> MockRepo {
-    let mut files = BTreeMap::new();
-    for name in [
+    fake_gguf_repo(&[
         "tiny-Q4_K_S.gguf",
         "tiny-Q4_K_M.gguf",
         "tiny-IQ4_XS.gguf",
@@ -431,7 +430,14 @@ fn gguf_repo() -> MockRepo {
         "mmproj-tiny-Q4_K_M.gguf",
         "BF16/tiny-BF16-00001-of-00002.gguf",
         "BF16/tiny-BF16-00002-of-00002.gguf",
-    ] {
+    ])
+}
+
+/// A repository of `.gguf` files whose contents are not GGUF: a run fetches
+/// the file it picks, then fails in the GGUF reader, naming the file.
+fn fake_gguf_repo(names: &[&str]) -> MockRepo {
+    let mut files = BTreeMap::new();
+    for name in names {
         files.insert(
             name.to_string(),
             format!("GGUF fake contents of {name}").into_bytes(),
@@ -907,6 +913,10 @@ fn missing_repos_files_and_bad_ids_are_one_clear_line() {
         ("sluice-test/no-tokenizer", no_tokenizer),
         ("sluice-test/only-bin", only_bin),
         ("sluice-test/tiny-gguf", gguf_repo()),
+        (
+            "sluice-test/gguf-no-default",
+            fake_gguf_repo(&["tiny-Q8_0.gguf", "tiny-Q5_K_M.gguf"]),
+        ),
     ]));
     let home = TempDir::new("errors");
     let endpoint = hub.endpoint();
@@ -959,10 +969,14 @@ fn missing_repos_files_and_bad_ids_are_one_clear_line() {
         ],
     );
     check(
-        "sluice-test/tiny-gguf",
+        "sluice-test/gguf-no-default",
         &[],
         &env,
-        &["a GGUF repository", "--model sluice-test/tiny-gguf:QUANT"],
+        &[
+            "a GGUF repository without a Q4_K_M file",
+            "--model sluice-test/gguf-no-default:QUANT",
+            "tiny-Q8_0.gguf",
+        ],
     );
     check(
         "not/a/model/id",
@@ -1009,7 +1023,10 @@ fn missing_repos_files_and_bad_ids_are_one_clear_line() {
 fn gguf_quant_tag_picks_the_right_file() {
     let repo = gguf_repo();
     let sha = repo.sha.clone();
-    let hub = MockHub::start(repos(vec![("sluice-test/tiny-gguf", repo.clone())]));
+    let hub = MockHub::start(repos(vec![
+        ("sluice-test/tiny-gguf", repo.clone()),
+        ("sluice-test/one-gguf", fake_gguf_repo(&["one-Q8_0.gguf"])),
+    ]));
     let home = TempDir::new("gguf");
     let endpoint = hub.endpoint();
     let env = [
@@ -1018,10 +1035,15 @@ fn gguf_quant_tag_picks_the_right_file() {
     ];
     let snap = snapshot(&home.0, "sluice-test/tiny-gguf", &sha);
 
-    // GGUF loading is not in sluice yet: the run fails in the loader, after
-    // the right file was fetched and named.
+    // The files are not real GGUF: the run fails in the reader, after the
+    // right file was fetched and named.
     let run = json_generate("sluice-test/tiny-gguf:q4_k_m", &env);
     assert_ne!(run.code, 0);
+    assert!(
+        run.stderr.contains("tiny-Q4_K_M.gguf: GGUF"),
+        "{}",
+        run.stderr
+    );
     assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
     let path = snap.join("tiny-Q4_K_M.gguf");
     assert!(
@@ -1039,6 +1061,28 @@ fn gguf_quant_tag_picks_the_right_file() {
     assert_eq!(
         hub.resolved_files("sluice-test/tiny-gguf"),
         ["tiny-Q4_K_M.gguf"]
+    );
+
+    // No tag: Q4_K_M, as llama.cpp's `-hf` picks.
+    let run = json_generate("sluice-test/tiny-gguf", &env);
+    assert!(
+        run.stderr
+            .contains("no quantization given, using tiny-Q4_K_M.gguf"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(
+        hub.resolved_files("sluice-test/tiny-gguf"),
+        ["tiny-Q4_K_M.gguf"]
+    );
+
+    // No tag and no Q4_K_M: a repository's only file set.
+    let run = json_generate("sluice-test/one-gguf", &env);
+    assert!(
+        run.stderr
+            .contains("no quantization given, using one-Q8_0.gguf"),
+        "{}",
+        run.stderr
     );
 
     // A split set: every part, the first one named.

@@ -24,4 +24,4 @@ pub mod weights;
 pub use sluice_tokenizer as tokenizer;
 
 pub use executor::{KvCacheSize, ModelExecutor};
-pub use model::{load_dummy, load_model, DType, LoadFormat, LoadedModel, ModelSpec};
+pub use model::{load_dummy, load_dummy_as, load_model, DType, LoadFormat, LoadedModel, ModelSpec};

@@ -29,7 +29,9 @@ pub use batch::{ForwardBatch, SeqSlice};
 pub use forward::Workspace;
 pub use layers::{Attention, DecoderLayer, Mlp, QkNorm};
 pub use linear::{Linear, LinearPart, LinearWeight};
-pub use loader::{load_dummy, load_model, DType, GgufInfo, LoadFormat, LoadedModel, ModelSpec};
+pub use loader::{
+    load_dummy, load_dummy_as, load_model, DType, GgufInfo, LoadFormat, LoadedModel, ModelSpec,
+};
 pub use rope::Rope;
 
 use crate::config::ModelConfig;

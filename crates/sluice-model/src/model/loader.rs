@@ -136,7 +136,12 @@ pub fn load_model(spec: &ModelSpec) -> Result<LoadedModel> {
             let config = ModelConfig::from_file(&dir.join("config.json"))?;
             let generation = GenerationConfig::load(dir, &config)?;
             let mut loaded = match spec.load_format {
-                LoadFormat::Dummy => load_dummy(config, generation, spec.dtype, spec.seed)?,
+                LoadFormat::Dummy => match spec.quantization {
+                    Some(q) => {
+                        load_dummy_as(config, generation, WeightDType::from_format(q), spec.seed)?
+                    }
+                    None => load_dummy(config, generation, spec.dtype, spec.seed)?,
+                },
                 LoadFormat::Auto => {
                     let source = SafetensorsSource::open(dir)?;
                     let dtype = match spec.quantization {
@@ -169,6 +174,17 @@ pub fn load_dummy(
     seed: u64,
 ) -> Result<LoadedModel> {
     let dtype = dtype.resolve(config.checkpoint_dtype);
+    load_dummy_as(config, generation_config, dtype, seed)
+}
+
+/// `load_dummy` with the weights' dtype given exactly (a quantized format
+/// quantizes the random weights at load).
+pub fn load_dummy_as(
+    config: ModelConfig,
+    generation_config: GenerationConfig,
+    dtype: WeightDType,
+    seed: u64,
+) -> Result<LoadedModel> {
     let model = Model::load(&config, &DummySource::new(seed), dtype)?;
     Ok(LoadedModel {
         config,

