@@ -284,7 +284,13 @@ fn bench(args: &BenchModelArgs) -> Result<()> {
     let kv = KvCacheConfig::new(args.block_size, num_blocks);
     let path = std::path::Path::new(&args.model);
     let t0 = Instant::now();
-    let loaded = if path.exists() {
+    let (loaded, weights_desc) = if path.exists() {
+        let weights_desc = match (args.load_format, &quantization) {
+            (LoadFormat::Dummy, _) => format!("dummy {} weights of its shape", args.dtype),
+            (_, Some(q)) => format!("its weights quantized to {q} at load"),
+            (_, None) if args.dtype == "auto" => "its weights as stored".to_string(),
+            (_, None) => format!("its weights as {}", args.dtype),
+        };
         let spec = ModelSpec {
             dir: Some(path.to_path_buf()),
             builtin: None,
@@ -299,7 +305,7 @@ fn bench(args: &BenchModelArgs) -> Result<()> {
         kv.check(&loaded.config)
             .context(kv_flags)
             .map_err(config_error)?;
-        loaded
+        (loaded, weights_desc)
     } else {
         let (mut config, mut generation) = builtin::config(&args.model)
             .context("--model (neither a built-in shape nor an existing path)")
@@ -322,7 +328,11 @@ fn bench(args: &BenchModelArgs) -> Result<()> {
             None if dtype == DType::F32 => WeightDType::F32,
             None => WeightDType::Bf16,
         };
-        load_dummy_as(config, generation, weights, args.seed)?
+        let weights_desc = format!("the built-in shape, dummy {weights:?} weights");
+        (
+            load_dummy_as(config, generation, weights, args.seed)?,
+            weights_desc,
+        )
     };
     let load_s = t0.elapsed().as_secs_f64();
 
@@ -379,11 +389,11 @@ fn bench(args: &BenchModelArgs) -> Result<()> {
 
     let c = &b.loaded.config;
     eprintln!(
-        "sluice bench-model: {} shape, vocab {}, {} weights ({:.0} MB), {} threads, \
+        "sluice bench-model: {}: {}, vocab {} ({:.0} MB of weights), {} threads, \
          prompt {} -> {} new tokens, median of {} runs, load {:.1} s",
         args.model,
+        weights_desc,
         c.vocab_size,
-        args.dtype,
         weight_bytes as f64 / 1e6,
         args.threads,
         args.prompt_len,

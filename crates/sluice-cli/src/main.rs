@@ -33,8 +33,9 @@ enum Command {
     Replay(replay::ReplayArgs),
     /// Generate text offline (no server) with the serving engine.
     Generate(generate::GenerateArgs),
-    /// Benchmark the model runner on dummy weights (prefill, decode at
-    /// several concurrency levels, peak memory).
+    /// Benchmark the model runner on a model file (GGUF or Hugging Face
+    /// directory) or a built-in shape with dummy weights (prefill, decode at
+    /// several concurrency levels, peak memory, the bandwidth bound).
     BenchModel(bench_model::BenchModelArgs),
     /// Benchmark an OpenAI-compatible server (sluice, vLLM, ...) as `vllm
     /// bench serve` does, with sluice's load-test extras.

@@ -23,6 +23,9 @@ pub struct MappedBytes {
     map: Arc<Mmap>,
     start: usize,
     end: usize,
+    /// A mapping of a file (pages can be dropped and read back), not an
+    /// anonymous copy (whose dropped pages would read back as zeros).
+    file_backed: bool,
 }
 
 impl MappedBytes {
@@ -35,7 +38,43 @@ impl MappedBytes {
             map,
             start: range.start,
             end: range.end,
+            file_backed: false,
         })
+    }
+
+    /// Marks the mapping as a read-only map of a file, so that
+    /// [`MappedBytes::release_pages`] may drop its pages.
+    pub(crate) fn of_file(mut self) -> MappedBytes {
+        self.file_backed = true;
+        self
+    }
+
+    /// Tells the kernel that these bytes will not be read again soon: the
+    /// whole pages inside the range leave the resident set (a later read
+    /// faults the same file contents back in). A loader calls it once it
+    /// has copied a tensor (repacked, converted), so the resident set does
+    /// not hold the file and the model at once. Does nothing for a mapping
+    /// that is not a file's.
+    pub fn release_pages(&self) {
+        if !self.file_backed {
+            return;
+        }
+        let page = page_size();
+        let start = self.start.div_ceil(page) * page;
+        let end = self.end / page * page;
+        if start >= end {
+            return;
+        }
+        // SAFETY: `file_backed` mappings are read-only maps of a file
+        // (`Mmap::map` in file.rs), never written through, so MADV_DONTNEED
+        // only drops page-table entries: the next read of these pages
+        // faults the file's unchanged contents back in, and no reference
+        // into the mapping observes a change. The range lies inside the
+        // mapping (checked at construction) and is page-aligned.
+        let _ = unsafe {
+            self.map
+                .unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start)
+        };
     }
 
     /// The bytes.
@@ -66,6 +105,7 @@ impl MappedBytes {
             map: Arc::clone(&self.map),
             start: self.start + range.start,
             end: self.start + range.end,
+            file_backed: self.file_backed,
         })
     }
 }
@@ -88,4 +128,11 @@ impl fmt::Debug for MappedBytes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "MappedBytes({}..{})", self.start, self.end)
     }
+}
+
+/// The system's page size (4 KiB where it cannot be asked).
+fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions; it reads a constant.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(n).ok().filter(|&n| n > 0).unwrap_or(4096)
 }

@@ -85,6 +85,13 @@ impl TensorInfo {
         &self.data
     }
 
+    /// Drops the resident pages of the tensor's data
+    /// ([`MappedBytes::release_pages`]): for a loader that has made its own
+    /// copy of it.
+    pub fn release_pages(&self) {
+        self.data.release_pages();
+    }
+
     /// The tensor's bytes as a [`MappedBytes`] that keeps the mapping
     /// alive on its own: what a weight that outlives the [`GgufFile`]
     /// holds.
@@ -178,11 +185,19 @@ impl Builder {
         part: usize,
         map: &Arc<Mmap>,
         parsed: &mut ParsedPart,
+        file_backed: bool,
     ) -> Result<()> {
         self.tensors.reserve(parsed.tensors.len());
         self.index.reserve(parsed.tensors.len());
         for t in parsed.tensors.drain(..) {
-            let Some(data) = MappedBytes::new(Arc::clone(map), t.start..t.end) else {
+            let data = MappedBytes::new(Arc::clone(map), t.start..t.end).map(|d| {
+                if file_backed {
+                    d.of_file()
+                } else {
+                    d
+                }
+            });
+            let Some(data) = data else {
                 // parse() checked the range against this very mapping.
                 return Err(GgufError::Malformed {
                     file: name.to_string(),
@@ -235,7 +250,7 @@ impl GgufFile {
             tensors: Vec::new(),
             index: HashMap::new(),
         };
-        b.add(&name, 0, &map, &mut first)?;
+        b.add(&name, 0, &map, &mut first, true)?;
         let mut paths = vec![path.clone()];
 
         if let Some((no, count)) = split {
@@ -292,7 +307,7 @@ impl GgufFile {
                         problem,
                     });
                 }
-                b.add(&part_name, paths.len(), &part_map, &mut parsed)?;
+                b.add(&part_name, paths.len(), &part_map, &mut parsed, true)?;
                 paths.push(part_path);
             }
             if let Some(total) = first.metadata.opt(KEY_SPLIT_TENSORS_COUNT, Metadata::u64)? {
@@ -349,7 +364,7 @@ impl GgufFile {
             tensors: Vec::new(),
             index: HashMap::new(),
         };
-        b.add(name, 0, &map, &mut parsed)?;
+        b.add(name, 0, &map, &mut parsed, false)?;
         Ok(GgufFile {
             name: name.to_string(),
             paths: vec![PathBuf::from(name)],

@@ -333,3 +333,28 @@ proptest! {
         prop_assert_eq!(got, values);
     }
 }
+
+/// Dropping a tensor's pages (what a loader does once it holds a copy)
+/// changes nothing a reader sees: a file's pages fault back in from the
+/// file, and an in-memory file's are never dropped (they would read back
+/// as zeros).
+#[test]
+fn released_pages_read_back_the_same_bytes() {
+    let n = 64 * 1024; // 68 KiB of Q8_0: whole pages inside the tensor
+    let data = pattern(GgmlType::Q8_0, n, 7);
+    let mut w = GgufWriter::new();
+    w.add("general.architecture", Value::String("llama".into()));
+    w.add_tensor("big.weight", GgmlType::Q8_0, &[n], data.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.gguf");
+    w.write(&path).unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    for f in [GgufFile::open(&path).unwrap(), open_bytes(&bytes).unwrap()] {
+        let t = f.require_tensor("big.weight").unwrap();
+        assert_eq!(t.data(), &data[..]);
+        t.release_pages();
+        assert_eq!(t.data(), &data[..], "{}", f.name());
+        t.bytes().release_pages();
+        assert_eq!(&*t.bytes(), &data[..], "{}", f.name());
+    }
+}

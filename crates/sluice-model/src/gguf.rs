@@ -360,6 +360,12 @@ impl TensorSource for GgufSource {
         self.file.tensor(name).is_some()
     }
 
+    fn release(&self, name: &str) {
+        if let Some(info) = self.file.tensor(name) {
+            info.release_pages();
+        }
+    }
+
     fn format_of(&self, name: &str, requested: WeightDType) -> Result<WeightDType> {
         let info = self.file.require_tensor(name)?;
         let stored = stored_format(info)?;

@@ -261,6 +261,12 @@ impl Weight {
     /// is a quantized `[rows × cols]` matrix; anything else is returned as
     /// it is. Mapped bytes are copied into the packed buffer (the mapping
     /// may be dropped afterwards).
+    /// Whether the weight reads its bytes from a source's memory map (a
+    /// quantized tensor used as stored) rather than owning them.
+    pub fn borrows_mapping(&self) -> bool {
+        matches!(self, Weight::Quant { bytes, .. } if bytes.is_mapped())
+    }
+
     pub fn pack(self, rows: usize, cols: usize) -> Weight {
         match self {
             Weight::Quant { format, bytes } if !format.is_float() => {
@@ -316,6 +322,14 @@ pub trait TensorSource {
     /// Whether the source has tensor `name` (for optional tensors such as an
     /// untied `lm_head.weight`).
     fn contains(&self, name: &str) -> bool;
+
+    /// The model holds its own copy of tensor `name` (converted, fused or
+    /// repacked) and will not read the source's again: a memory-mapped
+    /// source may drop its pages, so that the resident set does not hold
+    /// the file and the model at once.
+    fn release(&self, name: &str) {
+        let _ = name;
+    }
 
     /// How this source spells tensor names; the model asks for every tensor
     /// by role and the architecture spells it in this naming

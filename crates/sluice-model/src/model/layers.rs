@@ -75,10 +75,23 @@ impl Loader<'_> {
 
     /// A norm weight (always f32).
     pub fn vector(&self, id: TensorId, len: usize) -> Result<Vec<f32>> {
-        Ok(self
+        let name = self.name(id);
+        let v = self
             .source
-            .read(&self.name(id), &[len], WeightDType::F32)?
-            .into_f32())
+            .read(&name, &[len], WeightDType::F32)?
+            .into_f32();
+        self.source.release(&name);
+        Ok(v)
+    }
+
+    /// Lets the source drop the pages of tensors `names` once `weight`
+    /// holds its own copy of them.
+    fn done_with<'n>(&self, names: impl IntoIterator<Item = &'n String>, weight: &Weight) {
+        if !weight.borrows_mapping() {
+            for name in names {
+                self.source.release(name);
+            }
+        }
     }
 
     /// A matrix in the format the source hands it out in; integer formats
@@ -88,7 +101,9 @@ impl Loader<'_> {
         let name = self.name(id);
         let dtype = self.source.format_of(&name, self.dtype)?;
         let (rows, cols) = (shape[0], shape.iter().skip(1).product());
-        Ok(self.source.read(&name, shape, dtype)?.pack(rows, cols))
+        let weight = self.source.read(&name, shape, dtype)?.pack(rows, cols);
+        self.done_with([&name], &weight);
+        Ok(weight)
     }
 
     /// A linear layer over `parts` (`(weight id, rows)`, stacked in order)
@@ -114,19 +129,22 @@ impl Loader<'_> {
         };
         let weight = if let Some(format) = shared {
             let rows = named.iter().map(|(_, s)| s[0]).sum();
-            LinearWeight::Fused(
-                self.source
-                    .read_fused(&named, format)?
-                    .pack(rows, in_features),
-            )
+            let weight = self
+                .source
+                .read_fused(&named, format)?
+                .pack(rows, in_features);
+            self.done_with(named.iter().map(|(name, _)| name), &weight);
+            LinearWeight::Fused(weight)
         } else {
             let mut v = Vec::with_capacity(parts.len());
             for ((name, shape), format) in named.iter().zip(formats) {
+                let weight = self
+                    .source
+                    .read(name, shape, format)?
+                    .pack(shape[0], in_features);
+                self.done_with([name], &weight);
                 v.push(LinearPart {
-                    weight: self
-                        .source
-                        .read(name, shape, format)?
-                        .pack(shape[0], in_features),
+                    weight,
                     out_features: shape[0],
                 });
             }
@@ -137,11 +155,9 @@ impl Loader<'_> {
                 .iter()
                 .map(|&(id, rows)| (self.name(id.bias()), vec![rows]))
                 .collect();
-            Some(
-                self.source
-                    .read_fused(&biases, WeightDType::F32)?
-                    .into_f32(),
-            )
+            let bias = self.source.read_fused(&biases, WeightDType::F32)?;
+            self.done_with(biases.iter().map(|(name, _)| name), &bias);
+            Some(bias.into_f32())
         } else {
             None
         };
