@@ -118,6 +118,10 @@ pub struct Tokenizer {
     special_ids: HashSet<u32>,
     /// What loading ignored (e.g. a GGUF special id past the vocabulary).
     warnings: Vec<String>,
+    /// Every added token's id (special or not): their bytes are their text.
+    added_ids: HashSet<u32>,
+    /// How a vocabulary string maps to the bytes it stands for (`token_bytes`).
+    pieces: PieceBytes,
     /// The model's template; `None` when it has none (the fallback renders).
     chat_template: Option<String>,
     env: Environment<'static>,
@@ -309,6 +313,13 @@ impl Tokenizer {
                 .unwrap_or_else(|| FALLBACK_CHAT_TEMPLATE.to_string()),
         )
         .map_err(|e| anyhow::anyhow!("chat_template does not compile: {e:#}"))?;
+        let (added_ids, pieces) = match &backend {
+            Backend::Hf(t) => (
+                t.get_added_tokens_decoder().into_keys().collect(),
+                t.get_decoder().map_or_else(PieceBytes::raw, PieceBytes::of),
+            ),
+            Backend::Bytes => (HashSet::new(), PieceBytes::raw()),
+        };
         let mut tok = Tokenizer {
             backend,
             source: "tokenizer.json",
@@ -323,6 +334,8 @@ impl Tokenizer {
             add_bos_token: false,
             special_ids,
             warnings: Vec::new(),
+            added_ids,
+            pieces,
             chat_template,
             env,
         };
@@ -403,6 +416,45 @@ impl Tokenizer {
             Backend::Bytes => match u8::try_from(id) {
                 Ok(b) => Some(String::from_utf8_lossy(&[b]).into_owned()),
                 Err(_) => builtin_special(id).map(str::to_string),
+            },
+        }
+    }
+
+    /// The raw bytes token `id` contributes to the text, `None` for ids the
+    /// vocabulary does not have. The constraint engine (`sluice-structured`)
+    /// builds its token trie from these, so the bytes of the tokens of
+    /// `encode(text, false)` concatenate to `text` (after the tokenizer's
+    /// normalizer, e.g. NFC) for the vocabularies sluice loads.
+    ///
+    /// - Added tokens (special or not): their content as UTF-8; special ones
+    ///   are flagged by `is_special`, and callers decide how to mark them.
+    /// - Byte-level BPE (the `tokenizers` decoder is, or contains, `ByteLevel`:
+    ///   GPT-2, Qwen, Llama 3, SmolLM2): each char of the vocabulary string
+    ///   through the inverse GPT-2 byte ↔ char table; a string with a char
+    ///   outside the table stands for its own UTF-8, as the decoder does.
+    /// - SentencePiece style (`Metaspace`, or a `Sequence` of `Replace`s and
+    ///   `ByteFallback`, as Llama 2 / GGUF `llama` vocabularies have): each
+    ///   `Replace` with a plain-string pattern applied in order (`▁` → space),
+    ///   and with `ByteFallback` an exact `<0xNN>` piece is that one byte.
+    ///   The `Strip` of the dummy prefix space is not applied: it depends on
+    ///   the token's position, and the constraint engine sees the space.
+    /// - Any other decoder (WordPiece, CTC, none): the string's UTF-8.
+    /// - The built-in tokenizer: the byte itself; specials their text.
+    ///
+    /// The decoder was chosen over a guess from the vocabulary's strings
+    /// because it is what `decode` applies, so the two agree by construction.
+    pub fn token_bytes(&self, id: u32) -> Option<Vec<u8>> {
+        match &self.backend {
+            Backend::Hf(t) => {
+                let piece = t.id_to_token(id)?;
+                if self.added_ids.contains(&id) {
+                    return Some(piece.into_bytes());
+                }
+                Some(self.pieces.bytes(piece))
+            }
+            Backend::Bytes => match u8::try_from(id) {
+                Ok(b) => Some(vec![b]),
+                Err(_) => builtin_special(id).map(|s| s.as_bytes().to_vec()),
             },
         }
     }
@@ -506,6 +558,134 @@ impl Tokenizer {
         let text = self.apply_chat_template(messages, add_generation_prompt)?;
         self.encode(&text, false)
     }
+}
+
+/// How `token_bytes` turns a vocabulary string into bytes, read once from
+/// the `tokenizers` decoder.
+#[derive(Clone, Debug, PartialEq)]
+enum PieceBytes {
+    /// GPT-2's byte ↔ char table.
+    ByteLevel,
+    /// Plain text after `replaces` (pattern, content) in order; with
+    /// `byte_fallback`, `<0xNN>` is one byte.
+    Text {
+        replaces: Vec<(String, String)>,
+        byte_fallback: bool,
+    },
+}
+
+impl PieceBytes {
+    fn raw() -> Self {
+        PieceBytes::Text {
+            replaces: Vec::new(),
+            byte_fallback: false,
+        }
+    }
+
+    fn of(decoder: &tokenizers::DecoderWrapper) -> Self {
+        let mut out = Self::raw();
+        out.add(decoder);
+        out
+    }
+
+    fn add(&mut self, decoder: &tokenizers::DecoderWrapper) {
+        use tokenizers::DecoderWrapper as D;
+        // Byte-level wins over anything else in a sequence: its table
+        // already accounts for every byte.
+        let PieceBytes::Text {
+            replaces,
+            byte_fallback,
+        } = self
+        else {
+            return;
+        };
+        match decoder {
+            D::ByteLevel(_) => *self = PieceBytes::ByteLevel,
+            D::Metaspace(m) => replaces.push((m.get_replacement().to_string(), " ".to_string())),
+            D::ByteFallback(_) => *byte_fallback = true,
+            D::Replace(r) => {
+                // The pattern is private; its serialized form is
+                // `{"pattern": {"String": ..} | {"Regex": ..}, "content": ..}`.
+                // Regex patterns are not applied (no vocabulary sluice
+                // loads uses one).
+                if let Ok(v) = serde_json::to_value(r) {
+                    if let Some(pat) = v["pattern"]["String"].as_str() {
+                        if !pat.is_empty() {
+                            replaces.push((pat.to_string(), r.content.clone()));
+                        }
+                    }
+                }
+            }
+            D::Sequence(seq) => {
+                for d in seq.get_decoders() {
+                    self.add(d);
+                }
+            }
+            D::BPE(_) | D::WordPiece(_) | D::CTC(_) | D::Fuse(_) | D::Strip(_) => {}
+        }
+    }
+
+    fn bytes(&self, piece: String) -> Vec<u8> {
+        match self {
+            PieceBytes::ByteLevel => {
+                let mut out = Vec::with_capacity(piece.len());
+                for c in piece.chars() {
+                    match gpt2_char_byte(c) {
+                        Some(b) => out.push(b),
+                        // As the ByteLevel decoder: a string with a char
+                        // outside the table stands for its own UTF-8.
+                        None => return piece.into_bytes(),
+                    }
+                }
+                out
+            }
+            PieceBytes::Text {
+                replaces,
+                byte_fallback,
+            } => {
+                if *byte_fallback {
+                    if let Some(b) = byte_fallback_piece(&piece) {
+                        return vec![b];
+                    }
+                }
+                let mut text = piece;
+                for (pat, content) in replaces {
+                    if text.contains(pat.as_str()) {
+                        text = text.replace(pat.as_str(), content);
+                    }
+                }
+                text.into_bytes()
+            }
+        }
+    }
+}
+
+/// Whether GPT-2's byte-level table maps byte `b` to itself.
+fn gpt2_printable(b: u32) -> bool {
+    matches!(b, 0x21..=0x7E | 0xA1..=0xAC | 0xAE..=0xFF)
+}
+
+/// The byte GPT-2's byte-level table maps to `c`: printable bytes are
+/// their own char, the other 68 bytes are U+0100.. in byte order.
+fn gpt2_char_byte(c: char) -> Option<u8> {
+    static SHIFTED: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    let code = u32::from(c);
+    if code < 256 {
+        return gpt2_printable(code).then_some(code as u8);
+    }
+    let shifted =
+        SHIFTED.get_or_init(|| (0..=255u8).filter(|&b| !gpt2_printable(b.into())).collect());
+    let i = usize::try_from(code - 256).ok()?;
+    shifted.get(i).copied()
+}
+
+/// `<0xNN>` (SentencePiece's byte-fallback piece) → the byte.
+fn byte_fallback_piece(piece: &str) -> Option<u8> {
+    let hex = piece.strip_prefix("<0x")?.strip_suffix('>')?;
+    if hex.len() != 2 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    u8::from_str_radix(hex, 16).ok()
 }
 
 fn builtin_special(id: u32) -> Option<&'static str> {

@@ -110,3 +110,30 @@ fn smollm2_special_tokens() {
     assert_eq!(tok.id_to_token(2).as_deref(), Some("<|im_end|>"));
     assert!(tok.chat_template().unwrap().contains("<|im_start|>"));
 }
+
+#[test]
+fn smollm2_token_bytes_concatenate_to_the_text() {
+    let tok = smollm2();
+    for id in 0..tok.vocab_size() as u32 {
+        assert!(tok.token_bytes(id).is_some_and(|b| !b.is_empty()), "{id}");
+    }
+    for text in [
+        "hello world",
+        "café déjà vu, naïve Ørsted",
+        "日本語のテキストと中文",
+        "emoji 🦀🎉👍🏽 and ZWJ 👩‍💻",
+        "tabs\tand\nnewlines\r\n\n  ",
+        "{\"key\": [1, 2.5e-3, true, null]}",
+        "<|im_start|>user\nhi<|im_end|>",
+    ] {
+        let ids = tok.encode(text, false).unwrap();
+        let bytes: Vec<u8> = ids
+            .iter()
+            .flat_map(|&id| tok.token_bytes(id).unwrap())
+            .collect();
+        assert_eq!(bytes, text.as_bytes(), "{text:?}: {ids:?}");
+    }
+    let im_end = tok.token_to_id("<|im_end|>").unwrap();
+    assert!(tok.is_special(im_end));
+    assert_eq!(tok.token_bytes(im_end).unwrap(), b"<|im_end|>");
+}
