@@ -22,6 +22,7 @@
 //! held so far on each push (quadratic in the worst case, as vLLM's
 //! parsers are) so that the result cannot depend on where the text splits.
 
+pub mod choice;
 pub mod hermes;
 pub mod llama3_json;
 pub mod mistral;
