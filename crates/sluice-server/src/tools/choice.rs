@@ -477,10 +477,8 @@ impl ForcedStream {
         let text = self.stream.text();
         let mut snap = Snapshot::default();
         match &self.choice {
-            ToolChoice::Named(name) => {
-                if !text.trim().is_empty() {
-                    snap.calls.push((name.clone(), text.to_string()));
-                }
+            ToolChoice::Named(name) if !text.trim().is_empty() => {
+                snap.calls.push((name.clone(), text.to_string()));
             }
             ToolChoice::Required => {
                 let start = text.len() - text.trim_start().len();
