@@ -25,6 +25,7 @@
 pub mod choice;
 pub mod hermes;
 pub mod llama3_json;
+pub mod messages;
 pub mod mistral;
 pub(crate) mod pyjson;
 
