@@ -33,6 +33,7 @@ pub mod sse;
 pub mod state;
 pub mod submit;
 pub mod tls;
+pub mod tools;
 
 use access::{ApiKeys, Cors};
 use axum::extract::DefaultBodyLimit;

@@ -529,6 +529,20 @@ impl Tokenizer {
         messages: &[M],
         add_generation_prompt: bool,
     ) -> Result<String, ChatTemplateError> {
+        self.apply_chat_template_with_tools(messages, None, add_generation_prompt)
+    }
+
+    /// `apply_chat_template` with the `tools` variable: the request's tools
+    /// as a list of `{"type": "function", "function": {...}}` objects, or
+    /// `None`, which the template sees as `none` (transformers passes
+    /// `tools=None`; templates test `tools is not none`, which an undefined
+    /// variable would pass).
+    pub fn apply_chat_template_with_tools<M: Serialize>(
+        &self,
+        messages: &[M],
+        tools: Option<&JsonValue>,
+        add_generation_prompt: bool,
+    ) -> Result<String, ChatTemplateError> {
         let template = self
             .env
             .get_template(TEMPLATE_NAME)
@@ -537,6 +551,7 @@ impl Tokenizer {
             })?;
         let ctx = minijinja::context! {
             messages => JinjaValue::from_serialize(messages),
+            tools => JinjaValue::from_serialize(tools),
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos_token.as_deref().unwrap_or(""),
             eos_token => self.eos_token.as_deref().unwrap_or(""),
@@ -1037,6 +1052,102 @@ mod tests {
             .apply_chat_template(&[ChatMessage::new("bad", "x")], false)
             .unwrap_err();
         assert_eq!(err.message, "roles must alternate");
+        std::fs::remove_dir_all(&tmp).ok();
+    }
+
+    /// A tokenizer over tiny-qwen2's vocabulary with `template`.
+    fn with_template(tag: &str, template: &str) -> (Tokenizer, PathBuf) {
+        let tmp = std::env::temp_dir().join(format!("sluice-tok-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&tmp).unwrap();
+        std::fs::copy(
+            fixture("tiny-qwen2").join("tokenizer.json"),
+            tmp.join("tokenizer.json"),
+        )
+        .unwrap();
+        let config = serde_json::json!({"eos_token": "<|im_end|>", "chat_template": template});
+        std::fs::write(tmp.join("tokenizer_config.json"), config.to_string()).unwrap();
+        (Tokenizer::from_dir(&tmp).unwrap(), tmp)
+    }
+
+    #[test]
+    fn qwen25_template_renders_tools() {
+        let template =
+            std::fs::read_to_string(fixture("templates/qwen2.5-7b-instruct.jinja")).unwrap();
+        let (tok, tmp) = with_template("qwen25", &template);
+        let tools = serde_json::json!([{"type": "function", "function": {
+            "name": "get_weather", "description": "Weather <now>",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]);
+        // As the server passes them: arguments parsed to objects, null
+        // content as "".
+        let messages = serde_json::json!([
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function",
+                "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "{\"temp\": 21}"},
+            {"role": "tool", "tool_call_id": "c2", "content": "sunny"},
+        ]);
+        let messages = messages.as_array().unwrap();
+        let out = tok
+            .apply_chat_template_with_tools(messages, Some(&tools), true)
+            .unwrap();
+        let want = "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Weather <now>\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, \"required\": [\"city\"]}}}\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n<|im_start|>user\nWeather in Paris?<|im_end|>\n<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n{\"temp\": 21}\n</tool_response>\n<tool_response>\nsunny\n</tool_response><|im_end|>\n<|im_start|>assistant\n";
+        assert_eq!(out, want);
+        // Without tools: the plain system prompt (`tools` is none).
+        let out = tok
+            .apply_chat_template_with_tools(&messages[..1], None, false)
+            .unwrap();
+        assert_eq!(
+            out,
+            "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n<|im_start|>user\nWeather in Paris?<|im_end|>\n"
+        );
+        // `tools` is none, not undefined, for the old entry point too.
+        let (tok, tmp2) = with_template("none", "{{ tools is none }}|{{ tools is defined }}");
+        assert_eq!(
+            tok.apply_chat_template(&[ChatMessage::new("user", "x")], false)
+                .unwrap(),
+            "True|True"
+        );
+        std::fs::remove_dir_all(&tmp).ok();
+        std::fs::remove_dir_all(&tmp2).ok();
+    }
+
+    /// Llama 3.1's template (Llama 3.1 Community License, so not
+    /// committed): llama.cpp's `models/templates/` in
+    /// SLUICE_LLAMA_CPP_TEMPLATES.
+    #[test]
+    #[ignore = "needs llama.cpp's models/templates in SLUICE_LLAMA_CPP_TEMPLATES"]
+    fn llama31_template_renders_tools() {
+        let dir = PathBuf::from(std::env::var_os("SLUICE_LLAMA_CPP_TEMPLATES").unwrap());
+        let template =
+            std::fs::read_to_string(dir.join("meta-llama-Llama-3.1-8B-Instruct.jinja")).unwrap();
+        let (tok, tmp) = with_template("llama31", &template);
+        let tools = serde_json::json!([{"type": "function", "function": {
+            "name": "get_weather", "description": "Weather", "parameters": {"type": "object",
+            "properties": {"city": {"type": "string"}}}}}]);
+        let messages = serde_json::json!([
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function",
+                "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "21"},
+        ]);
+        let out = tok
+            .apply_chat_template_with_tools(messages.as_array().unwrap(), Some(&tools), true)
+            .unwrap();
+        assert!(out.contains("{\n    \"type\": \"function\",\n    \"function\": {\n        \"name\": \"get_weather\""), "{out}");
+        assert!(
+            out.contains(
+                "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}<|eot_id|>"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains("<|start_header_id|>ipython<|end_header_id|>\n\n\"21\"<|eot_id|>"),
+            "{out}"
+        );
+        let plain = tok
+            .apply_chat_template_with_tools(&messages.as_array().unwrap()[..1], None, true)
+            .unwrap();
+        assert!(!plain.contains("get_weather"), "{plain}");
         std::fs::remove_dir_all(&tmp).ok();
     }
 
