@@ -13,7 +13,9 @@ use clap::Args;
 use serde_json::json;
 use sluice_core::SamplingParams;
 use sluice_engine::{EngineError, GenerateRequest, RequestStream, ShutdownMode};
+use sluice_structured::Constraint;
 use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// `\n`, `\r`, `\t`, `\\`, `\"`, `\'` as the characters they name; any other
@@ -58,6 +60,25 @@ pub struct GenerateArgs {
     /// A prompt given as token ids, e.g. 1,2,3 (repeatable).
     #[arg(long = "prompt-ids", value_name = "IDS", value_parser = parse_ids)]
     pub prompt_ids: Vec<Vec<u32>>,
+
+    /// Structured output: every completion is JSON matching the JSON
+    /// schema in FILE.
+    #[arg(long, value_name = "FILE", group = "constraint")]
+    pub json_schema: Option<PathBuf>,
+    /// Structured output: every completion matches this regex.
+    #[arg(long, value_name = "RE", group = "constraint")]
+    pub regex: Option<String>,
+    /// Structured output: every completion is one of these strings.
+    #[arg(
+        long,
+        value_name = "A,B,C",
+        value_delimiter = ',',
+        group = "constraint"
+    )]
+    pub choice: Option<Vec<String>>,
+    /// Structured output: every completion follows the Lark grammar in FILE.
+    #[arg(long, value_name = "FILE", group = "constraint")]
+    pub grammar: Option<PathBuf>,
 
     /// Most tokens to generate per prompt.
     #[arg(long, value_name = "N", default_value_t = 16)]
@@ -253,6 +274,13 @@ fn generate(args: GenerateArgs) -> Result<()> {
         logprobs: args.logprobs,
         ..SamplingParams::default()
     };
+    let constraint = constraint(&args)?;
+    if let Some(c) = &constraint {
+        // Refused here, with the reason, rather than as a failed completion.
+        engine
+            .compile_constraint(c)
+            .map_err(|e| bad_config(format!("--{}: {e}", constraint_flag(c))))?;
+    }
     let mut jobs: Vec<(Vec<u32>, RequestStream)> = Vec::with_capacity(prompts.len());
     for (i, prompt) in prompts.into_iter().enumerate() {
         let ids = match prompt {
@@ -264,7 +292,10 @@ fn generate(args: GenerateArgs) -> Result<()> {
             ..base.clone()
         };
         let stream = engine
-            .generate(GenerateRequest::new(ids.clone(), params))
+            .generate(GenerateRequest {
+                structured: constraint.clone(),
+                ..GenerateRequest::new(ids.clone(), params)
+            })
             .map_err(|e| {
                 let message = format!("prompt {}: {}", i + 1, flag_error(&e));
                 // A refused request is a bad flag value (--max-tokens, ...).
@@ -336,6 +367,41 @@ fn generate(args: GenerateArgs) -> Result<()> {
     match failed {
         Some(e) => bail!("{e}"),
         None => Ok(()),
+    }
+}
+
+/// The structured-output flag given, as a constraint.
+fn constraint(args: &GenerateArgs) -> Result<Option<Constraint>> {
+    if let Some(path) = &args.json_schema {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| bad_config(format!("--json-schema {}: {e}", path.display())))?;
+        let schema: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| bad_config(format!("--json-schema {}: not JSON: {e}", path.display())))?;
+        return Ok(Some(Constraint::Json {
+            schema,
+            whitespace_pattern: None,
+        }));
+    }
+    if let Some(re) = &args.regex {
+        return Ok(Some(Constraint::Regex(re.clone())));
+    }
+    if let Some(choice) = &args.choice {
+        return Ok(Some(Constraint::Choice(choice.clone())));
+    }
+    if let Some(path) = &args.grammar {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| bad_config(format!("--grammar {}: {e}", path.display())))?;
+        return Ok(Some(Constraint::Grammar(text)));
+    }
+    Ok(None)
+}
+
+fn constraint_flag(c: &Constraint) -> &'static str {
+    match c {
+        Constraint::Json { .. } | Constraint::JsonObject { .. } => "json-schema",
+        Constraint::Regex(_) => "regex",
+        Constraint::Choice(_) => "choice",
+        Constraint::Grammar(_) => "grammar",
     }
 }
 

@@ -1,6 +1,6 @@
 //! `sluice serve`: the OpenAI-compatible HTTP server.
 
-use crate::exit::{config_error, exit_code};
+use crate::exit::{bad_config, config_error, exit_code};
 use crate::options::{parse_size, prepare_engine, ModelArgs, SchedulerArgs};
 use anyhow::{Context, Result};
 use clap::Args;
@@ -87,6 +87,14 @@ pub struct ServeArgs {
     /// Most sequences (prompts × n) one request may start (400 beyond).
     #[arg(long, value_name = "N", default_value_t = sluice_server::DEFAULT_MAX_SEQUENCES_PER_REQUEST)]
     max_sequences_per_request: usize,
+    /// Parse tool calls out of `tool_choice: "auto"` output (vLLM's flag;
+    /// needs --tool-call-parser).
+    #[arg(long)]
+    enable_auto_tool_choice: bool,
+    /// How the model writes tool calls: hermes (Qwen2.5 / Qwen3:
+    /// `<tool_call>{...}</tool_call>`), llama3_json (Llama 3.1+), mistral.
+    #[arg(long, value_name = "NAME")]
+    tool_call_parser: Option<String>,
     /// Most stop strings one request may give (400 beyond). 4 is vLLM's
     /// VLLM_MAX_STOP_STRINGS default and OpenAI's limit.
     #[arg(long, value_name = "N", default_value_t = 4)]
@@ -226,6 +234,24 @@ fn serve_blocking(args: ServeArgs) -> Result<()> {
         };
         config.max_request_body_bytes = args.max_request_body_bytes;
         config.max_sequences_per_request = args.max_sequences_per_request;
+        config.auto_tool_parser = match (&args.tool_call_parser, args.enable_auto_tool_choice) {
+            (Some(name), true) => Some(
+                name.parse::<sluice_server::tools::ToolParserKind>()
+                    .map_err(|e| bad_config(format!("--tool-call-parser: {e}")))?,
+            ),
+            (None, true) => {
+                return Err(bad_config(
+                    "--enable-auto-tool-choice requires --tool-call-parser",
+                ))
+            }
+            (Some(name), false) => {
+                // Checked even when unused, so a typo is found at start.
+                name.parse::<sluice_server::tools::ToolParserKind>()
+                    .map_err(|e| bad_config(format!("--tool-call-parser: {e}")))?;
+                None
+            }
+            (None, false) => None,
+        };
         config.api_keys = keys;
         config.cors = cors;
         config.tls = tls;

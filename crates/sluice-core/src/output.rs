@@ -129,6 +129,54 @@ pub struct SchedulerOutput {
     /// Every request finished since the previous `schedule()`: the runner
     /// drops their state.
     pub finished_req_ids: Vec<RequestId>,
+    /// The allowed tokens of this step's structured-output requests (vLLM's
+    /// `GrammarOutput`): not made by `schedule()`, but filled in by the
+    /// engine from the requests' grammar matchers before the step runs.
+    pub grammar_bitmask: Option<GrammarBitmask>,
+}
+
+/// One allowed-token bitmask row per constrained request of a step: token
+/// `t` of row `i` is allowed when bit `t % 32` of word `t / 32` is set.
+/// The runner sets every other token's logit to -inf before sampling
+/// (vLLM applies its grammar bitmask to the raw logits, ahead of the
+/// sampler, so logprobs are those of the masked distribution).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GrammarBitmask {
+    /// Words per row (`vocab_size.div_ceil(32)`).
+    pub words_per_row: usize,
+    /// The request of each row, in row order.
+    pub req_ids: Vec<RequestId>,
+    /// `req_ids.len() × words_per_row` words.
+    pub words: Vec<u32>,
+}
+
+impl GrammarBitmask {
+    pub fn new(words_per_row: usize) -> Self {
+        GrammarBitmask {
+            words_per_row,
+            ..Default::default()
+        }
+    }
+
+    /// Appends a row for `req_id` (all zeros) and returns it to fill.
+    pub fn push_row(&mut self, req_id: RequestId) -> &mut [u32] {
+        self.req_ids.push(req_id);
+        let start = self.words.len();
+        self.words.resize(start + self.words_per_row, 0);
+        &mut self.words[start..]
+    }
+
+    /// Row `i`'s words.
+    pub fn row(&self, i: usize) -> &[u32] {
+        let start = i * self.words_per_row;
+        self.words
+            .get(start..start + self.words_per_row)
+            .unwrap_or(&[])
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.req_ids.is_empty()
+    }
 }
 
 impl SchedulerOutput {

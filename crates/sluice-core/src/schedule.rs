@@ -335,6 +335,7 @@ impl Scheduler {
             scheduled_spec_decode_tokens: spec,
             preempted_req_ids: std::mem::take(&mut self.preempted_req_ids),
             finished_req_ids: std::mem::take(&mut self.finished_req_ids),
+            grammar_bitmask: None,
         }
     }
 }

@@ -20,10 +20,12 @@ use crate::output::CompletionText;
 use crate::request::{Finished, RequestOutput, StopReason};
 use crate::stats::{AdmissionCounters, EngineStats, FinishedRequestStats, StatsCollector};
 use crate::stream::output_cost;
+use sluice_core::GrammarBitmask;
 use sluice_core::{
     FinishReason, ModelRunnerOutput, NewRequest, RequestId, RequestStatus, SampleLogprobs,
     Scheduler, SchedulerOutput, StopReason as CoreStopReason,
 };
+use sluice_structured::{GrammarMatcher, PendingGrammar};
 use sluice_tokenizer::Tokenizer;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -73,6 +75,9 @@ struct Child {
     /// Prompt logprobs gathered across prefill chunks until the first
     /// output carries them (`None`: not asked for).
     prompt_logprobs: Option<Vec<SampleLogprobs>>,
+    /// Structured outputs: the completion's grammar state, advanced by
+    /// every token it is given (`None` while compiling, or unconstrained).
+    grammar: Option<GrammarMatcher>,
 }
 
 /// The step loop (see the module docs). Drive it yourself with `step()`, or
@@ -95,6 +100,11 @@ pub struct EngineCore {
     /// The last step scheduled no token (requests wait for blocks that no
     /// running request will free soon): the loop pauses instead of spinning.
     stalled: bool,
+    /// Grammars still compiling, by parent: their completions wait in the
+    /// scheduler's grammar state (vLLM's `WAITING_FOR_FSM`) until then.
+    pending_grammars: Vec<(u64, PendingGrammar)>,
+    /// Reused bitmask buffer (one row per constrained request scheduled).
+    grammar_bitmask: Option<GrammarBitmask>,
 }
 
 impl EngineCore {
@@ -132,8 +142,11 @@ impl EngineCore {
         let vocab_size = executor
             .vocab_size()
             .map_or(tokenizer.vocab_size(), |v| v.min(tokenizer.vocab_size()));
+        let logits_width = executor.vocab_size().unwrap_or(tokenizer.vocab_size());
         let shared = Arc::new(Shared {
             vocab_size,
+            logits_width,
+            grammar: std::sync::OnceLock::new(),
             config,
             tokenizer: tokenizer.clone(),
             accepting: AtomicBool::new(true),
@@ -163,6 +176,8 @@ impl EngineCore {
             shutdown: None,
             disconnected: false,
             stalled: false,
+            pending_grammars: Vec::new(),
+            grammar_bitmask: None,
         };
         Ok((core, engine))
     }
@@ -265,8 +280,9 @@ impl EngineCore {
         }
     }
 
-    fn add_request(&mut self, req: PendingRequest) {
+    fn add_request(&mut self, mut req: PendingRequest) {
         let n = req.params.n;
+        let grammar = req.grammar.take();
         // Waiting from now on, until `run_step` stores the scheduler's count
         // right after `schedule()`. Added before the pending count drops, so
         // that the admission limit (waiting + pending) never misses it.
@@ -316,7 +332,7 @@ impl EngineCore {
                 priority: req.priority,
                 arrival_time,
                 cache_salt: req.cache_salt.clone(),
-                needs_grammar: false,
+                needs_grammar: grammar.is_some(),
             };
             if let Err(e) = self.scheduler.add_request(new) {
                 // Validated on the caller's side, so this is an engine bug;
@@ -351,9 +367,13 @@ impl EngineCore {
                     last_token: None,
                     num_preemptions: 0,
                     prompt_logprobs: wants_prompt_logprobs.then(Vec::new),
+                    grammar: None,
                 },
             );
             children.push(child_id);
+        }
+        if let Some(pending) = grammar {
+            self.pending_grammars.push((req.seq, pending));
         }
         self.ids.insert(req.request_id.clone(), req.seq);
         self.parents.insert(
@@ -369,8 +389,72 @@ impl EngineCore {
         );
     }
 
+    /// Gives each completion whose grammar has compiled its own matcher and
+    /// lets the scheduler admit it; a grammar that failed to compile fails
+    /// its request (vLLM: "Invalid structured outputs: ...").
+    fn poll_grammars(&mut self) {
+        let mut i = 0;
+        while i < self.pending_grammars.len() {
+            let (seq, pending) = &mut self.pending_grammars[i];
+            let seq = *seq;
+            let Some(result) = pending.try_take() else {
+                i += 1;
+                continue;
+            };
+            self.pending_grammars.swap_remove(i);
+            let Some(parent) = self.parents.get(&seq) else {
+                continue;
+            };
+            match result {
+                Ok(grammar) => {
+                    for id in parent.children.clone() {
+                        if let Some(child) = self.children.get_mut(&id) {
+                            child.grammar = Some(grammar.matcher());
+                            self.scheduler.set_grammar_ready(&id);
+                        }
+                    }
+                }
+                Err(e) => self.abort_parent(
+                    seq,
+                    FinishReason::Error,
+                    Some(format!("Invalid structured outputs: {e}")),
+                ),
+            }
+        }
+    }
+
+    /// The allowed tokens of every scheduled completion that has a grammar,
+    /// for the runner to mask its logits with.
+    fn fill_grammar_bitmask(&mut self, sched_out: &mut SchedulerOutput) {
+        let words = self.shared.logits_width.div_ceil(32);
+        let mut mask = self
+            .grammar_bitmask
+            .take()
+            .unwrap_or_else(|| GrammarBitmask::new(words));
+        mask.req_ids.clear();
+        mask.words.clear();
+        for s in &sched_out.num_scheduled_tokens {
+            if let Some(m) = self
+                .children
+                .get_mut(&s.req_id)
+                .and_then(|c| c.grammar.as_mut())
+            {
+                m.fill_bitmask(mask.push_row(s.req_id.clone()));
+            }
+        }
+        if mask.is_empty() {
+            self.grammar_bitmask = Some(mask);
+        } else {
+            sched_out.grammar_bitmask = Some(mask);
+        }
+    }
+
     fn run_step(&mut self) {
-        let sched_out = self.scheduler.schedule();
+        if !self.pending_grammars.is_empty() {
+            self.poll_grammars();
+        }
+        let mut sched_out = self.scheduler.schedule();
+        self.fill_grammar_bitmask(&mut sched_out);
         // The admission limit's count, exact again now that the requests
         // taken this step are either scheduled or waiting (not only after
         // the model ran).
@@ -409,6 +493,8 @@ impl EngineCore {
         };
         self.stats.record_step();
         let outputs = self.scheduler.update_from_output(&sched_out, &runner_out);
+        // The bitmask buffer is kept for the next step.
+        self.grammar_bitmask = sched_out.grammar_bitmask.take();
         self.collect_prompt_logprobs(&runner_out);
         let had_outputs = !outputs.is_empty();
         for out in outputs {
@@ -440,6 +526,21 @@ impl EngineCore {
         let Some(child) = self.children.get_mut(&out.req_id) else {
             return;
         };
+        if let Some(m) = child.grammar.as_mut() {
+            // In update_from_output's order, as vLLM's scheduler advances
+            // its matchers. A token outside the mask cannot be sampled, so
+            // a rejection means the request's state is broken: fail it.
+            if !m.accept_tokens(&out.new_token_ids) {
+                let error = m.error().unwrap_or_default();
+                let seq = child.parent;
+                self.abort_parent(
+                    seq,
+                    FinishReason::Error,
+                    Some(format!("the grammar rejected a sampled token: {error}")),
+                );
+                return;
+            }
+        }
         let now = Instant::now();
         let scheduler_finished = out.finish_reason.is_some();
         let stop_terminated = out.finish_reason == Some(FinishReason::Stop);

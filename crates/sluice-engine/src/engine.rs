@@ -16,11 +16,12 @@ use crate::stats::{AdmissionCounters, EngineStats};
 use crate::stop::StopStrings;
 use crate::stream::RequestStream;
 use sluice_core::{FieldError, SamplingParams, SchedulerConfig, TokenId};
+use sluice_structured::{Constraint, GrammarCompiler, PendingGrammar, StructuredVocab};
 use sluice_tokenizer::Tokenizer;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Instant;
 use tokio::sync::watch;
@@ -106,7 +107,13 @@ pub(crate) struct PendingRequest {
     pub stops: Arc<StopStrings>,
     /// Output bytes sent on `sender` and not yet read by the stream.
     pub buffered: Arc<AtomicUsize>,
+    /// The structured-output grammar, compiling on the compiler's pool.
+    pub grammar: Option<PendingGrammar>,
 }
+
+/// Compiled grammars kept for reuse (most services send a few schemas
+/// over and over).
+const GRAMMAR_CACHE_SIZE: usize = 256;
 
 /// State shared by the handles and the engine thread. The hot path (one
 /// step) touches only atomics and one uncontended lock (stats).
@@ -116,6 +123,12 @@ pub(crate) struct Shared {
     /// Token ids valid everywhere: below both the model's and the
     /// tokenizer's vocabulary.
     pub vocab_size: usize,
+    /// The model's logits width (what a grammar bitmask row covers).
+    pub logits_width: usize,
+    /// Structured outputs' compiler, built on first use (the token trie of
+    /// a large vocabulary takes a moment) on a caller's thread, never the
+    /// engine's.
+    pub grammar: OnceLock<Result<GrammarCompiler, String>>,
     pub accepting: AtomicBool,
     pub alive: AtomicBool,
     /// Scheduler requests waiting, as of the last step.
@@ -137,6 +150,30 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// The structured-output compiler, built on the first call.
+    pub(crate) fn grammar_compiler(&self) -> Result<&GrammarCompiler, String> {
+        self.grammar
+            .get_or_init(|| {
+                let mut stop_ids: Vec<TokenId> = self.config.eos_token_id.into_iter().collect();
+                stop_ids.extend(&self.config.extra_eos_token_ids);
+                stop_ids.dedup();
+                if stop_ids.is_empty() {
+                    return Err("structured outputs need the model's EOS token, and this \
+                                model has none"
+                        .to_string());
+                }
+                let vocab =
+                    StructuredVocab::new(self.tokenizer.clone(), self.logits_width, &stop_ids)
+                        .map_err(|e| format!("structured outputs: {e:#}"))?;
+                // vLLM's pool size for grammar compilation.
+                let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+                GrammarCompiler::new(vocab, (cpus.div_ceil(2)).max(1), GRAMMAR_CACHE_SIZE)
+                    .map_err(|e| format!("structured outputs: {e:#}"))
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
     pub(crate) fn release_id(&self, request_id: &str) {
         if let Ok(mut ids) = self.live_ids.lock() {
             ids.remove(request_id);
@@ -294,6 +331,19 @@ impl Engine {
                 )));
             }
         }
+        let grammar = match request.structured {
+            Some(constraint) => match shared.grammar_compiler() {
+                Ok(compiler) => Some(compiler.compile_async(constraint)),
+                Err(e) => {
+                    shared.release_id(&request_id);
+                    return Err(EngineError::Invalid(FieldError::new(
+                        "structured_outputs",
+                        e,
+                    )));
+                }
+            },
+            None => None,
+        };
         let (sender, rx) = tokio::sync::mpsc::unbounded_channel();
         let num_prompt_tokens = request.prompt_token_ids.len();
         let buffered = Arc::new(AtomicUsize::new(0));
@@ -310,6 +360,7 @@ impl Engine {
             sender,
             stops,
             buffered: buffered.clone(),
+            grammar,
         };
         if self
             .inner
@@ -376,6 +427,19 @@ impl Engine {
     /// executor's pool).
     pub fn config(&self) -> &EngineConfig {
         &self.inner.shared.config
+    }
+
+    /// Compiles a structured-output constraint on the calling thread (or
+    /// finds it compiled), so a caller can refuse a bad one before
+    /// accepting the request: the error is the reason, for a 400. Blocks
+    /// for as long as the compilation takes (milliseconds; call it off an
+    /// async runtime's workers).
+    pub fn compile_constraint(&self, constraint: &Constraint) -> Result<(), String> {
+        let compiler = self.inner.shared.grammar_compiler()?;
+        compiler
+            .compile(constraint)
+            .map(drop)
+            .map_err(|e| e.message)
     }
 
     /// Whether `generate` accepts requests now (for a readiness probe).

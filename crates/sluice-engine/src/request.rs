@@ -23,6 +23,10 @@ pub struct GenerateRequest {
     pub priority: i64,
     /// Isolates prefix-cache sharing between tenants.
     pub cache_salt: Option<String>,
+    /// Structured outputs: every completion's tokens obey this constraint
+    /// (compiled off the engine thread; the request waits in the
+    /// scheduler's grammar state meanwhile).
+    pub structured: Option<sluice_structured::Constraint>,
 }
 
 impl GenerateRequest {
@@ -33,7 +37,13 @@ impl GenerateRequest {
             sampling_params,
             priority: 0,
             cache_salt: None,
+            structured: None,
         }
+    }
+
+    pub fn with_constraint(mut self, constraint: sluice_structured::Constraint) -> Self {
+        self.structured = Some(constraint);
+        self
     }
 
     pub fn with_id(mut self, request_id: impl Into<String>) -> Self {

@@ -37,7 +37,7 @@ pub use self::backend::{CpuBackend, ForwardBackend};
 use self::state::RequestState;
 use crate::kv_cache::KvCacheConfig;
 use crate::model::{ForwardBatch, LoadedModel, Model};
-use crate::sampling::{prompt_logprobs, RequestSampler};
+use crate::sampling::{apply_token_bitmask, prompt_logprobs, RequestSampler};
 use anyhow::{anyhow, bail, Result};
 use sluice_core::output::PromptLogprobs;
 use sluice_core::{ModelRunnerOutput, RequestId, SampleLogprobs, SchedulerOutput};
@@ -158,6 +158,13 @@ impl<B: ForwardBackend> ModelRunner<B> {
             });
         let mut logprobs: Option<Vec<Option<SampleLogprobs>>> =
             any_logprobs.then(|| Vec::with_capacity(num_sample_rows));
+        // Structured-output rows by request (a handful per step).
+        let grammar_rows: HashMap<&str, usize> = so
+            .grammar_bitmask
+            .iter()
+            .flat_map(|m| m.req_ids.iter().enumerate())
+            .map(|(i, id)| (&**id, i))
+            .collect();
         for (sched, entry) in so.num_scheduled_tokens.iter().zip(&self.entries) {
             let state = self
                 .requests
@@ -169,6 +176,11 @@ impl<B: ForwardBackend> ModelRunner<B> {
                 continue;
             };
             let row_logits = &mut self.logits[row * vocab..(row + 1) * vocab];
+            if let (Some(&i), Some(mask)) = (grammar_rows.get(&*sched.req_id), &so.grammar_bitmask)
+            {
+                // Before everything the sampler does, logprobs included.
+                apply_token_bitmask(row_logits, mask.row(i));
+            }
             let sampled = state.sample(row_logits);
             out.push(&[sampled.token]);
             if let Some(lp) = logprobs.as_mut() {

@@ -10,6 +10,9 @@
 //! tokens and logits.
 //!
 //! # Processing order (vLLM `vllm/v1/sample/sampler.py`)
+//! 0. Structured outputs: the runner first sets the tokens the request's
+//!    grammar forbids to -inf (`apply_token_bitmask`), so everything below,
+//!    logprobs included, sees the masked logits (as in vLLM).
 //! 1. Logprobs, when asked for, are taken from the **raw** logits before any
 //!    processing: vLLM's default `logprobs_mode = "raw_logprobs"` computes
 //!    `log_softmax(logits)` first thing in `Sampler.forward` ("Use the
@@ -79,6 +82,24 @@ mod select;
 mod tests;
 
 pub use logprobs::prompt_logprobs;
+
+/// Structured outputs: every token whose bit is clear in `mask` (bit
+/// `t % 32` of word `t / 32`; tokens past the mask count as clear) gets a
+/// logit of -inf. Runs on the raw logits, before step 1 above, as vLLM
+/// applies its grammar bitmask ahead of the sampler.
+pub fn apply_token_bitmask(logits: &mut [f32], mask: &[u32]) {
+    for (w, chunk) in logits.chunks_mut(32).enumerate() {
+        let bits = mask.get(w).copied().unwrap_or(0);
+        if bits == u32::MAX {
+            continue;
+        }
+        for (b, x) in chunk.iter_mut().enumerate() {
+            if bits & (1 << b) == 0 {
+                *x = f32::NEG_INFINITY;
+            }
+        }
+    }
+}
 
 use kernels::ExpHist;
 use penalties::Penalties;

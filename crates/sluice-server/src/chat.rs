@@ -13,12 +13,16 @@ use crate::state::{unix_now, AppState};
 use crate::submit::{
     add_usage, check_sequences, finish_fields, stop_reason_json, submit, usage_json, Event,
 };
+use crate::tools::choice::{parse_forced, ForcedStream, ToolChoice, ToolConfig};
+use crate::tools::{self, StreamDelta, ToolCall, ToolParser, ToolParserKind};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
+use serde_json::{Map, Value};
 use sluice_engine::Usage;
-use std::collections::HashSet;
+use sluice_structured::Constraint;
+use std::collections::HashMap;
 
 /// The messages as plain role/content pairs (only text content parts).
 pub fn template_messages(
@@ -58,34 +62,157 @@ pub fn template_messages(
         .collect()
 }
 
+/// How one choice's text becomes the response: as it is, as the arguments
+/// of forced tool calls (`tool_choice` required or named: the grammar made
+/// the text a call), or through the `--tool-call-parser` (auto).
+enum ToolMode {
+    Plain,
+    Forced(ToolChoice),
+    Auto(ToolParserKind),
+}
+
+/// One choice's streaming state for tool calls.
+enum ToolStream {
+    Plain,
+    Forced(ForcedStream),
+    Auto(Box<dyn ToolParser>),
+}
+
+impl ToolMode {
+    fn stream(&self) -> ToolStream {
+        match self {
+            ToolMode::Plain => ToolStream::Plain,
+            ToolMode::Forced(c) => ToolStream::Forced(ForcedStream::new(c.clone())),
+            ToolMode::Auto(k) => ToolStream::Auto(tools::parser(*k)),
+        }
+    }
+
+    /// The whole text of a finished choice → content and calls.
+    fn complete(&self, text: String) -> (Option<String>, Vec<ToolCall>) {
+        match self {
+            ToolMode::Plain => (Some(text), Vec::new()),
+            // vLLM answers forced calls with content "", not null.
+            ToolMode::Forced(c) => (Some(String::new()), parse_forced(c, &text)),
+            ToolMode::Auto(k) => tools::parser(*k).extract(&text),
+        }
+    }
+}
+
+impl ToolStream {
+    fn push(&mut self, text: String, finished: bool) -> StreamDelta {
+        let mut d = match self {
+            ToolStream::Plain => StreamDelta {
+                content: (!text.is_empty()).then_some(text),
+                tool_calls: Vec::new(),
+            },
+            ToolStream::Forced(f) => f.push(&text),
+            ToolStream::Auto(p) => p.push(&text),
+        };
+        if finished {
+            match self {
+                ToolStream::Plain => {}
+                ToolStream::Forced(f) => d.append(f.finish()),
+                ToolStream::Auto(p) => d.append(p.finish()),
+            }
+        }
+        d
+    }
+}
+
+/// The request's messages as the chat template takes them: each raw
+/// message (so `tool_calls`, `tool_call_id` and `name` reach the template)
+/// with its content flattened to text, prepared as vLLM prepares them.
+fn template_values(
+    raw: &Map<String, Value>,
+    flat: &[sluice_engine::ChatMessage],
+) -> Result<Vec<Value>, ApiError> {
+    let raw_messages = raw
+        .get("messages")
+        .and_then(Value::as_array)
+        .ok_or_else(|| ApiError::invalid("messages", "messages must be a list"))?;
+    let values: Vec<Value> = raw_messages
+        .iter()
+        .zip(flat)
+        .map(|(m, f)| {
+            let mut o = m.as_object().cloned().unwrap_or_default();
+            let v = serde_json::to_value(f).unwrap_or(Value::Null);
+            if let Some(content) = v.get("content") {
+                o.insert("content".into(), content.clone());
+            }
+            if o.get("content").is_some_and(|c| c.as_str() == Some(""))
+                && m.get("content").is_none_or(Value::is_null)
+            {
+                o.insert("content".into(), Value::Null);
+            }
+            Value::Object(o)
+        })
+        .collect();
+    tools::messages::prepare(&values)
+}
+
 pub async fn chat_completions(
     State(state): State<AppState>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let mut req: ChatCompletionRequest = crate::json::parse(&body)?;
     req.sampling = crate::json::parse(&body)?;
+    let raw: Map<String, Value> = crate::json::parse(&body)?;
     state.check_model(req.model.as_deref())?;
-    if req.tools.as_ref().is_some_and(|t| !t.is_null()) {
-        return Err(ApiError::invalid("tools", "tool calling is not supported"));
-    }
-    if let Some(rf) = &req.response_format {
-        if !rf.is_null() && rf.get("type").and_then(|t| t.as_str()) != Some("text") {
-            return Err(ApiError::invalid(
-                "response_format",
-                "only {\"type\": \"text\"} is supported",
-            ));
-        }
-    }
+    let tool_config = ToolConfig::from_request(&raw)?;
     let Some(messages) = req.messages.as_ref() else {
         return Err(ApiError::invalid("messages", "messages is required"));
     };
-    let messages = template_messages(messages)?;
+    let flat = template_messages(messages)?;
+    let values = template_values(&raw, &flat)?;
     let tok = state.engine().tokenizer().clone();
+    let template_tools = tool_config.template_tools();
     let prompt = tok
-        .encode_chat(&messages, req.add_generation_prompt.unwrap_or(true))
+        .apply_chat_template_with_tools(
+            &values,
+            template_tools.as_ref(),
+            req.add_generation_prompt.unwrap_or(true),
+        )
+        .map_err(|e| e.to_string())
+        .and_then(|text| tok.encode(&text, false).map_err(|e| e.to_string()))
         .map_err(|e| {
             ApiError::invalid("messages", format!("cannot apply the chat template: {e}"))
         })?;
+
+    // Tool calling: a forced choice is a grammar (vLLM's JSON-schema path);
+    // auto is parsed from the text by the server's tool parser.
+    let has_tools = tool_config.tools.as_ref().is_some_and(|t| !t.is_empty());
+    let mut structured = crate::structured::from_body(&raw)?;
+    let mode = match (&tool_config.choice, has_tools) {
+        (ToolChoice::Required | ToolChoice::Named(_), true) => {
+            if let Some(schema) = tool_config.forced_schema()? {
+                if structured.is_some() {
+                    eprintln!(
+                        "sluice: warning: structured outputs are ignored because tool_choice \
+                         forces a tool call"
+                    );
+                }
+                structured = Some(crate::structured::Requested {
+                    constraint: Constraint::Json {
+                        schema,
+                        whitespace_pattern: None,
+                    },
+                    field: "tools",
+                });
+            }
+            ToolMode::Forced(tool_config.choice.clone())
+        }
+        (ToolChoice::Auto, true) => match state.inner.auto_tool_parser {
+            Some(kind) => ToolMode::Auto(kind),
+            None => {
+                return Err(ApiError::invalid(
+                    "tool_choice",
+                    "\"auto\" tool choice requires --enable-auto-tool-choice and \
+                     --tool-call-parser to be set",
+                ))
+            }
+        },
+        _ => ToolMode::Plain,
+    };
 
     let (max_tokens, max_param) = match req.max_completion_tokens {
         Some(m) => (Some(m), "max_completion_tokens"),
@@ -115,6 +242,9 @@ pub async fn chat_completions(
     )?;
     let top_n = usize::try_from(top_n).unwrap_or(0);
     check_sequences(&state, 1, sp.n)?;
+    if let Some(r) = &structured {
+        crate::structured::check(state.engine(), r).await?;
+    }
     let id = state.new_id("chatcmpl");
     let n = sp.n;
     let events = submit(
@@ -123,6 +253,7 @@ pub async fn chat_completions(
         vec![prompt],
         &sp,
         req.sampling.priority.unwrap_or(0),
+        structured.as_ref().map(|r| &r.constraint),
     )?;
     if req.sampling.stream() {
         let include_usage = req.sampling.include_usage();
@@ -133,10 +264,13 @@ pub async fn chat_completions(
             want_logprobs.then_some(top_n),
             include_usage,
             events,
+            mode,
+            tool_config,
         ));
     }
 
     let mut choices: Vec<ChatChoice> = Vec::new();
+    let mut texts: Vec<String> = Vec::new();
     let mut usage = Usage::default();
     let mut events = events;
     while let Some(ev) = events.next().await {
@@ -147,15 +281,17 @@ pub async fn chat_completions(
                         index: choices.len(),
                         message: ChatMessageOut {
                             role: "assistant",
-                            content: String::new(),
+                            content: None,
+                            tool_calls: Vec::new(),
                         },
                         logprobs: want_logprobs.then(ChatLogprobs::default),
                         finish_reason: None,
                         stop_reason: None,
                     });
+                    texts.push(String::new());
                 }
+                texts[out.index].push_str(&out.text);
                 let c = &mut choices[out.index];
-                c.message.content.push_str(&out.text);
                 if let Some(lp) = c.logprobs.as_mut() {
                     lp.content
                         .extend(logprobs::chat_content(&tok, &out.logprobs, top_n));
@@ -166,6 +302,24 @@ pub async fn chat_completions(
             }
             Event::Done { usage: u, .. } => add_usage(&mut usage, &u),
         }
+    }
+    let keeps = tool_config.keeps_tool_calls(state.inner.auto_tool_parser.is_some());
+    for (c, text) in choices.iter_mut().zip(texts) {
+        let (content, calls) = mode.complete(text.clone());
+        let calls = if keeps {
+            tool_config.limit_calls(calls)
+        } else {
+            Vec::new()
+        };
+        c.message.content = if calls.is_empty() && !matches!(mode, ToolMode::Forced(_)) {
+            Some(text)
+        } else {
+            content
+        };
+        if let Some(reason) = c.finish_reason {
+            c.finish_reason = Some(tool_config.finish_reason(reason, !calls.is_empty()));
+        }
+        c.message.tool_calls = calls;
     }
     Ok(axum::Json(ChatCompletionResponse {
         id,
@@ -178,6 +332,7 @@ pub async fn chat_completions(
     .into_response())
 }
 
+#[allow(clippy::too_many_arguments)]
 fn stream_response(
     state: &AppState,
     id: String,
@@ -185,10 +340,13 @@ fn stream_response(
     logprobs_top: Option<usize>,
     include_usage: bool,
     events: futures::stream::BoxStream<'static, Event>,
+    mode: ToolMode,
+    tool_config: ToolConfig,
 ) -> Response {
     let tok = state.engine().tokenizer().clone();
     let model = state.inner.model_name.clone();
     let created = unix_now();
+    let keeps = tool_config.keeps_tool_calls(state.inner.auto_tool_parser.is_some());
     let chunk = move |choices: Vec<ChatChunkChoice>, usage: Option<crate::protocol::Usage>| {
         serde_json::to_string(&ChatCompletionChunk {
             id: id.clone(),
@@ -204,11 +362,13 @@ fn stream_response(
         let chunk = chunk.clone();
         include_usage.then_some(move |u: &Usage| chunk(Vec::new(), Some(usage_json(u))))
     };
-    let mut started: HashSet<usize> = HashSet::new();
+    // Per choice: its tool-call state and whether it has streamed a call.
+    let mut streams: HashMap<usize, (ToolStream, bool)> = HashMap::new();
     let on_output = move |_prompt: usize, out: sluice_engine::RequestOutput| {
         let mut chunks = Vec::new();
         let i = out.index;
-        if started.insert(i) {
+        if let std::collections::hash_map::Entry::Vacant(e) = streams.entry(i) {
+            e.insert((mode.stream(), false));
             // Each choice opens with the assistant role, as OpenAI does.
             chunks.push(chunk(
                 vec![ChatChunkChoice {
@@ -216,6 +376,7 @@ fn stream_response(
                     delta: ChatDelta {
                         role: Some("assistant"),
                         content: Some(String::new()),
+                        tool_calls: Vec::new(),
                     },
                     logprobs: None,
                     finish_reason: None,
@@ -225,25 +386,37 @@ fn stream_response(
             ));
         }
         if let Some(err) = out.finished.as_ref().and_then(|f| f.error.as_ref()) {
-            chunks.push(ApiError::internal(format!("generation failed: {err}")).body_json());
+            chunks.push(crate::submit::finish_error(err).body_json());
             return chunks;
         }
         let fin = out.finished.as_ref();
-        if out.text.is_empty() && fin.is_none() && out.logprobs.is_empty() {
+        let Some((stream, called)) = streams.get_mut(&i) else {
+            return chunks;
+        };
+        let mut delta = stream.push(out.text, fin.is_some());
+        if keeps {
+            tool_config.limit_delta(&mut delta);
+        } else if !delta.tool_calls.is_empty() {
+            delta.tool_calls.clear();
+        }
+        *called |= !delta.tool_calls.is_empty();
+        if delta.is_empty() && fin.is_none() && out.logprobs.is_empty() {
             return chunks;
         }
         let logprobs = logprobs_top.map(|top| ChatLogprobs {
             content: logprobs::chat_content(&tok, &out.logprobs, top),
         });
+        let finish_reason = fin.map(|f| tool_config.finish_reason(f.reason.as_str(), *called));
         chunks.push(chunk(
             vec![ChatChunkChoice {
                 index: i,
                 delta: ChatDelta {
                     role: None,
-                    content: (!out.text.is_empty()).then_some(out.text),
+                    content: delta.content,
+                    tool_calls: delta.tool_calls,
                 },
                 logprobs,
-                finish_reason: fin.map(|f| f.reason.as_str()),
+                finish_reason,
                 stop_reason: fin.and_then(stop_reason_json),
             }],
             None,

@@ -72,6 +72,11 @@ pub async fn completions(State(state): State<AppState>, body: Bytes) -> Result<R
         return Err(ApiError::invalid("prompt", "the prompt is empty"));
     }
     check_sequences(&state, prompts.len(), sp.n)?;
+    let body_map: serde_json::Map<String, serde_json::Value> = crate::json::parse(&body)?;
+    let structured = crate::structured::from_body(&body_map)?;
+    if let Some(r) = &structured {
+        crate::structured::check(state.engine(), r).await?;
+    }
     let id = state.new_id("cmpl");
     let n = sp.n;
     let echo_text: Vec<String> = if echo {
@@ -89,6 +94,7 @@ pub async fn completions(State(state): State<AppState>, body: Bytes) -> Result<R
         prompts,
         &sp,
         req.sampling.priority.unwrap_or(0),
+        structured.as_ref().map(|r| &r.constraint),
     )?;
     if req.sampling.stream() {
         let include_usage = req.sampling.include_usage();
@@ -199,7 +205,7 @@ fn stream_response(
         let i = prompt * n + out.index;
         let off = offsets.entry(i).or_insert(0);
         if let Some(err) = out.finished.as_ref().and_then(|f| f.error.as_ref()) {
-            return vec![ApiError::internal(format!("generation failed: {err}")).body_json()];
+            return vec![crate::submit::finish_error(err).body_json()];
         }
         let fin = out.finished.as_ref();
         if out.text.is_empty() && fin.is_none() && out.logprobs.is_empty() {

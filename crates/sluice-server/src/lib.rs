@@ -31,6 +31,7 @@ pub mod params;
 pub mod protocol;
 pub mod sse;
 pub mod state;
+pub mod structured;
 pub mod submit;
 pub mod tls;
 pub mod tools;
@@ -71,6 +72,10 @@ pub struct ServerConfig {
     pub tls: Option<TlsFiles>,
     /// Most sequences (prompts × `n`) one HTTP request may start.
     pub max_sequences_per_request: usize,
+    /// `--tool-call-parser` with `--enable-auto-tool-choice`: how
+    /// `tool_choice: "auto"` output is parsed for tool calls (`None`: auto
+    /// tool choice is refused, as vLLM does without those flags).
+    pub auto_tool_parser: Option<tools::ToolParserKind>,
 }
 
 impl ServerConfig {
@@ -87,6 +92,7 @@ impl ServerConfig {
             cors: Cors::default(),
             tls: None,
             max_sequences_per_request: DEFAULT_MAX_SEQUENCES_PER_REQUEST,
+            auto_tool_parser: None,
         }
     }
 }

@@ -206,7 +206,10 @@ pub struct ChatLogprobs {
 #[derive(Clone, Debug, Serialize)]
 pub struct ChatMessageOut {
     pub role: &'static str,
-    pub content: String,
+    /// `null` when a tool parser found calls and no text around them.
+    pub content: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<crate::tools::ToolCall>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -234,6 +237,8 @@ pub struct ChatDelta {
     pub role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<crate::tools::ToolCallDelta>,
 }
 
 #[derive(Clone, Debug, Serialize)]

@@ -18,6 +18,8 @@ pub struct Inner {
     pub max_model_len: usize,
     /// Most sequences (prompts × `n`) one request may start.
     pub max_sequences_per_request: usize,
+    /// The parser of `tool_choice: "auto"` output, when enabled.
+    pub auto_tool_parser: Option<crate::tools::ToolParserKind>,
     /// Unix time the server started (the model card's `created`).
     pub started: u64,
     next_id: AtomicU64,
@@ -37,6 +39,7 @@ impl AppState {
                 model_name: config.model_name.clone(),
                 max_model_len: config.max_model_len,
                 max_sequences_per_request: config.max_sequences_per_request,
+                auto_tool_parser: config.auto_tool_parser,
                 started: unix_now(),
                 next_id: AtomicU64::new(0),
             }),

@@ -10,6 +10,7 @@ use crate::error::ApiError;
 use crate::state::AppState;
 use futures::stream::{self, BoxStream, StreamExt};
 use sluice_engine::{Engine, EngineError, GenerateRequest, RequestOutput, SamplingParams, Usage};
+use sluice_structured::Constraint;
 
 pub fn engine_error(e: EngineError) -> ApiError {
     match e {
@@ -55,12 +56,14 @@ pub fn submit(
     prompts: Vec<Vec<u32>>,
     params: &SamplingParams,
     priority: i64,
+    constraint: Option<&Constraint>,
 ) -> Result<BoxStream<'static, Event>, ApiError> {
     let mut streams = Vec::with_capacity(prompts.len());
     let many = prompts.len() > 1;
     for (p, prompt) in prompts.into_iter().enumerate() {
         let mut req = GenerateRequest::new(prompt, params.clone());
         req.priority = priority;
+        req.structured = constraint.cloned();
         req.request_id = Some(if many {
             format!("{id}-{p}")
         } else {
@@ -108,7 +111,7 @@ pub type FinishFields = (Option<&'static str>, Option<serde_json::Value>);
 
 pub fn finish_fields(f: &sluice_engine::Finished) -> Result<FinishFields, ApiError> {
     if let Some(err) = &f.error {
-        return Err(ApiError::internal(format!("generation failed: {err}")));
+        return Err(finish_error(err));
     }
     Ok((Some(f.reason.as_str()), stop_reason_json(f)))
 }
@@ -118,4 +121,15 @@ pub fn stop_reason_json(f: &sluice_engine::Finished) -> Option<serde_json::Value
         sluice_engine::StopReason::Token(t) => serde_json::Value::from(*t),
         sluice_engine::StopReason::String(s) => serde_json::Value::from(s.clone()),
     })
+}
+
+/// The error a failed completion answers with: a constraint that failed to
+/// compile in the engine is the client's fault (400, as vLLM), anything
+/// else the server's.
+pub fn finish_error(err: &str) -> ApiError {
+    if err.starts_with("Invalid structured outputs") {
+        ApiError::bad_request(err)
+    } else {
+        ApiError::internal(format!("generation failed: {err}"))
+    }
 }

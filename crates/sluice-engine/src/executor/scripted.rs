@@ -7,7 +7,10 @@
 //! sequence, it returns candidate next tokens, best first. Like a sampler,
 //! the executor masks the EOS and stop token ids while fewer than
 //! `min_tokens` outputs exist, takes the best remaining candidate, and
-//! reports logprobs as if candidate `r` (0-based) had logit `-r`.
+//! reports logprobs as if candidate `r` (0-based) had logit `-r`. A
+//! structured-output request's grammar bitmask removes the candidates it
+//! forbids; when it forbids them all, the smallest allowed token id is
+//! taken (a model that knows nothing of the grammar, constrained).
 
 use super::Executor;
 use anyhow::{anyhow, bail, Result};
@@ -112,7 +115,11 @@ impl ScriptedExecutor {
         Ok(())
     }
 
-    fn sample(&mut self, id: &RequestId) -> Result<(TokenId, Option<SampleLogprobs>)> {
+    fn sample(
+        &mut self,
+        id: &RequestId,
+        mask: Option<&[u32]>,
+    ) -> Result<(TokenId, Option<SampleLogprobs>)> {
         let state = &self.reqs[id];
         let params = state.params.clone();
         let view = SeqView {
@@ -126,6 +133,17 @@ impl ScriptedExecutor {
         if num_output < params.min_tokens {
             let masked: Vec<TokenId> = params.all_stop_token_ids().collect();
             candidates.retain(|t| !masked.contains(t));
+        }
+        if let Some(mask) = mask {
+            let allowed = |t: u32| {
+                mask.get(t as usize / 32)
+                    .is_some_and(|w| w & (1 << (t % 32)) != 0)
+            };
+            candidates.retain(|&t| allowed(t));
+            if candidates.is_empty() {
+                let first = (0..mask.len() as u32 * 32).find(|&t| allowed(t));
+                candidates.extend(first);
+            }
         }
         let Some(&token) = candidates.first() else {
             bail!("the script gave request {id} no allowed token");
@@ -180,6 +198,16 @@ impl Executor for ScriptedExecutor {
         let mut out = ModelRunnerOutput::with_capacity(so.num_scheduled_tokens.len());
         let mut logprobs = Vec::new();
         let mut any_logprobs = false;
+        let masks: HashMap<&str, &[u32]> = so
+            .grammar_bitmask
+            .iter()
+            .flat_map(|m| {
+                m.req_ids
+                    .iter()
+                    .enumerate()
+                    .map(move |(i, id)| (&**id, m.row(i)))
+            })
+            .collect();
         for s in &so.num_scheduled_tokens {
             let state = self
                 .reqs
@@ -220,7 +248,8 @@ impl Executor for ScriptedExecutor {
                 }
             }
             if end == state.tokens.len() {
-                let (token, lp) = self.sample(&s.req_id)?;
+                let mask = masks.get(&*s.req_id).copied();
+                let (token, lp) = self.sample(&s.req_id, mask)?;
                 any_logprobs |= lp.is_some();
                 logprobs.push(lp);
                 out.push(&[token]);

@@ -1,0 +1,470 @@
+//! Structured-output request fields → one `Constraint`, validated the way
+//! vLLM 0.33 validates them, and compiled before the request is accepted
+//! so a bad one is a 400 naming its field.
+//!
+//! The fields, on both endpoints: OpenAI's `response_format` (`text`,
+//! `json_object`, `json_schema` with `json_schema.schema`), vLLM's
+//! `structured_outputs` object (`json`, `regex`, `choice`, `grammar` —
+//! Lark, as llguidance takes it — `json_object`, `whitespace_pattern`), and
+//! the older top-level `guided_json`, `guided_regex`, `guided_choice`,
+//! `guided_grammar`, `guided_whitespace_pattern` (vLLM 0.33 ignores those
+//! with a warning; sluice applies them, as earlier vLLMs did). As in vLLM,
+//! `response_format` replaces the same kind in `structured_outputs`, and
+//! two kinds at once are refused. Unlike vLLM (which reads whitespace
+//! options only from its server config), `whitespace_pattern` applies.
+
+use crate::error::ApiError;
+use serde_json::{Map, Value};
+use sluice_structured::Constraint;
+
+/// A request's constraint and the field it came from (for errors).
+#[derive(Clone, Debug)]
+pub struct Requested {
+    pub constraint: Constraint,
+    pub field: &'static str,
+}
+
+/// The kinds, in vLLM's counting order.
+#[derive(Default)]
+struct Kinds {
+    json: Option<(Value, &'static str)>,
+    regex: Option<(String, &'static str)>,
+    choice: Option<(Vec<String>, &'static str)>,
+    grammar: Option<(String, &'static str)>,
+    json_object: Option<&'static str>,
+    whitespace_pattern: Option<String>,
+}
+
+fn string(v: &Value, field: &str) -> Result<String, ApiError> {
+    v.as_str()
+        .map(str::to_string)
+        .ok_or_else(|| ApiError::invalid(field, format!("{field} must be a string")))
+}
+
+fn nonempty(s: String, field: &str, what: &str) -> Result<String, ApiError> {
+    if s.trim().is_empty() {
+        return Err(ApiError::invalid(
+            field,
+            format!("{what} cannot be an empty string"),
+        ));
+    }
+    Ok(s)
+}
+
+/// A JSON schema given as an object (or `true`), or as a string holding one.
+fn schema(v: &Value, field: &str) -> Result<Value, ApiError> {
+    match v {
+        Value::Object(_) | Value::Bool(true) => Ok(v.clone()),
+        Value::String(s) => {
+            if s.trim().is_empty() {
+                return Err(ApiError::invalid(
+                    field,
+                    "structured_outputs.json cannot be an empty string",
+                ));
+            }
+            serde_json::from_str::<Value>(s)
+                .ok()
+                .filter(|v| v.is_object() || v == &Value::Bool(true))
+                .ok_or_else(|| ApiError::invalid(field, "Invalid JSON grammar specification."))
+        }
+        _ => Err(ApiError::invalid(
+            field,
+            format!("{field} must be a JSON schema (an object, or a string holding one)"),
+        )),
+    }
+}
+
+fn choices(v: &Value, field: &str) -> Result<Vec<String>, ApiError> {
+    let list = v
+        .as_array()
+        .ok_or_else(|| ApiError::invalid(field, format!("{field} must be a list of strings")))?;
+    if list.is_empty() {
+        return Err(ApiError::invalid(
+            field,
+            "Choice '[]' cannot be an empty list",
+        ));
+    }
+    list.iter()
+        .enumerate()
+        .map(|(i, c)| string(c, &format!("{field}[{i}]")))
+        .collect()
+}
+
+impl Kinds {
+    fn count(&self) -> usize {
+        [
+            self.json.is_some(),
+            self.regex.is_some(),
+            self.choice.is_some(),
+            self.grammar.is_some(),
+            self.json_object.is_some(),
+        ]
+        .iter()
+        .filter(|&&b| b)
+        .count()
+    }
+
+    fn read_object(
+        &mut self,
+        o: &Map<String, Value>,
+        prefix: &'static str,
+    ) -> Result<(), ApiError> {
+        // Field names for errors: `structured_outputs.json` or `guided_json`.
+        let name = |key: &'static str| -> &'static str {
+            match (prefix, key) {
+                ("structured_outputs", "json") => "structured_outputs.json",
+                ("structured_outputs", "regex") => "structured_outputs.regex",
+                ("structured_outputs", "choice") => "structured_outputs.choice",
+                ("structured_outputs", "grammar") => "structured_outputs.grammar",
+                ("structured_outputs", "json_object") => "structured_outputs.json_object",
+                ("structured_outputs", "whitespace_pattern") => {
+                    "structured_outputs.whitespace_pattern"
+                }
+                (_, "json") => "guided_json",
+                (_, "regex") => "guided_regex",
+                (_, "choice") => "guided_choice",
+                (_, "grammar") => "guided_grammar",
+                _ => "guided_whitespace_pattern",
+            }
+        };
+        let get = |key: &str| o.get(key).filter(|v| !v.is_null());
+        if let Some(v) = get("json") {
+            let f = name("json");
+            self.json = Some((schema(v, f)?, f));
+        }
+        if let Some(v) = get("regex") {
+            let f = name("regex");
+            let re = string(v, f)?;
+            if re.contains('\0') {
+                return Err(ApiError::invalid(
+                    f,
+                    "structured_outputs.regex must not contain a NUL character ('\\x00')",
+                ));
+            }
+            self.regex = Some((re, f));
+        }
+        if let Some(v) = get("choice") {
+            let f = name("choice");
+            self.choice = Some((choices(v, f)?, f));
+        }
+        if let Some(v) = get("grammar") {
+            let f = name("grammar");
+            let g = nonempty(string(v, f)?, f, "structured_outputs.grammar")?;
+            self.grammar = Some((g, f));
+        }
+        if let Some(v) = get("json_object") {
+            let f = name("json_object");
+            if v != &Value::Bool(true) {
+                return Err(ApiError::invalid(
+                    f,
+                    "structured_outputs.json_object must be True if set; omit \
+                     structured_outputs to disable structured outputs",
+                ));
+            }
+            self.json_object = Some(f);
+        }
+        if let Some(v) = get("whitespace_pattern") {
+            self.whitespace_pattern = Some(string(v, name("whitespace_pattern"))?);
+        }
+        if get("structural_tag").is_some() {
+            return Err(ApiError::invalid(
+                "structured_outputs.structural_tag",
+                "structural tags are not supported",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The constraint a request asks for, if any.
+pub fn from_body(body: &Map<String, Value>) -> Result<Option<Requested>, ApiError> {
+    let mut k = Kinds::default();
+    // The older top-level fields first, so the newer ones win a tie of kind.
+    let mut legacy = Map::new();
+    for (key, field) in [
+        ("json", "guided_json"),
+        ("regex", "guided_regex"),
+        ("choice", "guided_choice"),
+        ("grammar", "guided_grammar"),
+        ("whitespace_pattern", "guided_whitespace_pattern"),
+    ] {
+        if let Some(v) = body.get(field) {
+            legacy.insert(key.to_string(), v.clone());
+        }
+    }
+    k.read_object(&legacy, "guided")?;
+    let mut so = Kinds::default();
+    match body.get("structured_outputs") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(o)) => {
+            so.read_object(o, "structured_outputs")?;
+            if so.count() == 0 {
+                return Err(ApiError::invalid(
+                    "structured_outputs",
+                    "You must use one kind of structured outputs constraint but none are \
+                     specified",
+                ));
+            }
+        }
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "structured_outputs",
+                "structured_outputs must be an object",
+            ))
+        }
+    }
+    if k.count() > 0 && so.count() > 0 {
+        return Err(multiple());
+    }
+    if so.count() > 0 || so.whitespace_pattern.is_some() {
+        k = so;
+    }
+    // response_format replaces the same kind of structured_outputs.
+    match body.get("response_format") {
+        None | Some(Value::Null) => {}
+        Some(rf) => {
+            let ty = rf.get("type").and_then(Value::as_str);
+            match ty {
+                Some("text") => {}
+                Some("json_object") => {
+                    k.json = None;
+                    k.json_object = Some("response_format");
+                }
+                Some("json_schema") => {
+                    let Some(js) = rf.get("json_schema").filter(|v| v.is_object()) else {
+                        return Err(ApiError::invalid(
+                            "response_format",
+                            "When response_format type is 'json_schema', the 'json_schema' \
+                             field must be provided.",
+                        ));
+                    };
+                    let Some(s) = js.get("schema").filter(|v| !v.is_null()) else {
+                        return Err(ApiError::invalid(
+                            "response_format.json_schema.schema",
+                            "response_format.json_schema needs a schema",
+                        ));
+                    };
+                    k.json_object = None;
+                    k.json = Some((
+                        schema(s, "response_format.json_schema.schema")?,
+                        "response_format",
+                    ));
+                }
+                Some("structural_tag") => {
+                    return Err(ApiError::invalid(
+                        "response_format",
+                        "structural tags are not supported",
+                    ))
+                }
+                _ => {
+                    return Err(ApiError::invalid(
+                        "response_format.type",
+                        "response_format.type must be one of 'text', 'json_object', \
+                         'json_schema'",
+                    ))
+                }
+            }
+        }
+    }
+    if k.count() > 1 {
+        return Err(multiple());
+    }
+    let ws = k.whitespace_pattern.clone();
+    Ok(if let Some((schema, field)) = k.json {
+        Some(Requested {
+            constraint: Constraint::Json {
+                schema,
+                whitespace_pattern: ws,
+            },
+            field,
+        })
+    } else if let Some(field) = k.json_object {
+        Some(Requested {
+            constraint: Constraint::JsonObject {
+                whitespace_pattern: ws,
+            },
+            field,
+        })
+    } else if let Some((re, field)) = k.regex {
+        Some(Requested {
+            constraint: Constraint::Regex(re),
+            field,
+        })
+    } else if let Some((c, field)) = k.choice {
+        Some(Requested {
+            constraint: Constraint::Choice(c),
+            field,
+        })
+    } else {
+        k.grammar.map(|(g, field)| Requested {
+            constraint: Constraint::Grammar(g),
+            field,
+        })
+    })
+}
+
+fn multiple() -> ApiError {
+    ApiError::invalid(
+        "structured_outputs",
+        "You can only use one kind of structured outputs constraint but multiple are specified",
+    )
+}
+
+/// Compiles the constraint off the async workers; a constraint the engine
+/// cannot compile is a 400 naming its field and the reason.
+pub async fn check(engine: &sluice_engine::Engine, req: &Requested) -> Result<(), ApiError> {
+    let (engine, constraint) = (engine.clone(), req.constraint.clone());
+    let result = tokio::task::spawn_blocking(move || engine.compile_constraint(&constraint))
+        .await
+        .map_err(|e| ApiError::internal(format!("compiling the constraint: {e}")))?;
+    result.map_err(|reason| {
+        ApiError::invalid(
+            req.field,
+            format!("Invalid {} constraint: {reason}", req.constraint.kind()),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parse(v: Value) -> Result<Option<Requested>, ApiError> {
+        from_body(v.as_object().unwrap())
+    }
+
+    #[test]
+    fn each_field_gives_its_constraint() {
+        let r = parse(json!({"response_format": {"type": "json_object"}}))
+            .unwrap()
+            .unwrap();
+        assert!(matches!(r.constraint, Constraint::JsonObject { .. }));
+        let r = parse(json!({"response_format": {"type": "json_schema",
+            "json_schema": {"name": "x", "schema": {"type": "integer"}, "strict": true}}}))
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            r.constraint,
+            Constraint::Json {
+                schema: json!({"type": "integer"}),
+                whitespace_pattern: None
+            }
+        );
+        let r = parse(json!({"structured_outputs": {"regex": "a+", "whitespace_pattern": " "}}))
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.constraint, Constraint::Regex("a+".into()));
+        assert_eq!(r.field, "structured_outputs.regex");
+        let r = parse(json!({"guided_choice": ["a", "b"]}))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            r.constraint,
+            Constraint::Choice(vec!["a".into(), "b".into()])
+        );
+        let r = parse(
+            json!({"structured_outputs": {"json": "{\"type\":\"object\"}",
+            "whitespace_pattern": "[ ]?"}}),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            r.constraint,
+            Constraint::Json {
+                schema: json!({"type": "object"}),
+                whitespace_pattern: Some("[ ]?".into())
+            }
+        );
+        assert!(parse(json!({"response_format": {"type": "text"}}))
+            .unwrap()
+            .is_none());
+        assert!(parse(json!({})).unwrap().is_none());
+    }
+
+    #[test]
+    fn response_format_replaces_the_same_kind() {
+        let r = parse(json!({"structured_outputs": {"json": {"type": "string"}},
+            "response_format": {"type": "json_schema", "json_schema": {"name": "n", "schema": {"type": "integer"}}}}))
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            r.constraint,
+            Constraint::Json {
+                schema: json!({"type": "integer"}),
+                whitespace_pattern: None
+            }
+        );
+    }
+
+    #[test]
+    fn bad_fields_are_400s_naming_them() {
+        let cases = [
+            (
+                json!({"structured_outputs": {"regex": "a", "choice": ["b"]}}),
+                "structured_outputs",
+                "only use one kind",
+            ),
+            (
+                json!({"structured_outputs": {"regex": "a"}, "response_format": {"type": "json_object"}}),
+                "structured_outputs",
+                "only use one kind",
+            ),
+            (
+                json!({"guided_regex": "a", "structured_outputs": {"choice": ["b"]}}),
+                "structured_outputs",
+                "only use one kind",
+            ),
+            (
+                json!({"structured_outputs": {}}),
+                "structured_outputs",
+                "none are specified",
+            ),
+            (
+                json!({"structured_outputs": {"choice": []}}),
+                "structured_outputs.choice",
+                "cannot be an empty list",
+            ),
+            (
+                json!({"structured_outputs": {"grammar": "  "}}),
+                "structured_outputs.grammar",
+                "empty string",
+            ),
+            (
+                json!({"structured_outputs": {"json_object": false}}),
+                "structured_outputs.json_object",
+                "must be True",
+            ),
+            (
+                json!({"structured_outputs": {"json": "{not json"}}),
+                "structured_outputs.json",
+                "Invalid JSON grammar",
+            ),
+            (
+                json!({"response_format": {"type": "json_schema"}}),
+                "response_format",
+                "'json_schema' field must be provided",
+            ),
+            (
+                json!({"response_format": {"type": "yaml"}}),
+                "response_format.type",
+                "must be one of",
+            ),
+            (
+                json!({"guided_choice": "a"}),
+                "guided_choice",
+                "list of strings",
+            ),
+        ];
+        for (body, field, text) in cases {
+            let e = parse(body.clone()).unwrap_err();
+            let j: Value = serde_json::from_str(&e.body_json()).unwrap();
+            let msg = j["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            assert_eq!(j["error"]["param"], field, "{body}: {j}");
+            assert!(msg.contains(text), "{body}: {msg}");
+        }
+    }
+}
