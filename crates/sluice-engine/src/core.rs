@@ -426,6 +426,7 @@ impl EngineCore {
     /// The allowed tokens of every scheduled completion that has a grammar,
     /// for the runner to mask its logits with.
     fn fill_grammar_bitmask(&mut self, sched_out: &mut SchedulerOutput) {
+        let t0 = Instant::now();
         let words = self.shared.logits_width.div_ceil(32);
         let mut mask = self
             .grammar_bitmask
@@ -445,6 +446,8 @@ impl EngineCore {
         if mask.is_empty() {
             self.grammar_bitmask = Some(mask);
         } else {
+            let secs = t0.elapsed().as_secs_f64();
+            self.stats.record_grammar_masks(mask.req_ids.len(), secs);
             sched_out.grammar_bitmask = Some(mask);
         }
     }

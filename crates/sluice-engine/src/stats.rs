@@ -283,6 +283,12 @@ pub struct EngineStats {
     /// stop string are not part of one).
     pub generation_tokens: u64,
     pub num_steps: u64,
+    /// Structured outputs: steps that computed grammar bitmasks, the rows
+    /// computed, and the seconds spent computing them (on the engine
+    /// thread, before the model runs; sluice's own figures, not vLLM's).
+    pub grammar_mask_steps: u64,
+    pub grammar_mask_rows: u64,
+    pub grammar_mask_seconds: f64,
     /// `vllm:request_success{finished_reason}`.
     pub finished: FinishCounts,
     /// `vllm:admission_rejections{reason}` (filled in by `Engine::stats`).
@@ -355,6 +361,9 @@ impl Clone for EngineStats {
             prompt_tokens_cached,
             generation_tokens,
             num_steps,
+            grammar_mask_steps,
+            grammar_mask_rows,
+            grammar_mask_seconds,
             finished,
             admission_rejections,
             iteration_tokens,
@@ -389,6 +398,9 @@ impl Clone for EngineStats {
         self.prompt_tokens_cached = *prompt_tokens_cached;
         self.generation_tokens = *generation_tokens;
         self.num_steps = *num_steps;
+        self.grammar_mask_steps = *grammar_mask_steps;
+        self.grammar_mask_rows = *grammar_mask_rows;
+        self.grammar_mask_seconds = *grammar_mask_seconds;
         self.finished = *finished;
         self.admission_rejections = *admission_rejections;
         self.iteration_tokens.clone_from(iteration_tokens);
@@ -497,6 +509,13 @@ impl StatsCollector {
 
     pub fn record_step(&mut self) {
         self.stats.num_steps += 1;
+    }
+
+    /// One step's grammar bitmasks: `rows` of them in `secs`.
+    pub fn record_grammar_masks(&mut self, rows: usize, secs: f64) {
+        self.stats.grammar_mask_steps += 1;
+        self.stats.grammar_mask_rows += rows as u64;
+        self.stats.grammar_mask_seconds += secs;
     }
 
     /// A completion's first output: its time to first token, and its
