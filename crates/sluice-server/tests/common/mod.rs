@@ -20,6 +20,8 @@ pub struct Options {
     pub step_delay: Duration,
     pub limits: RequestLimits,
     pub max_num_seqs: usize,
+    /// The model writes this once, then EOS, instead of `TEXT` forever.
+    pub text: Option<String>,
     /// Adjusts the server configuration (keys, timeouts, TLS, ...).
     pub configure: Box<dyn FnOnce(&mut ServerConfig) + Send>,
 }
@@ -32,6 +34,7 @@ impl Default for Options {
             step_delay: Duration::ZERO,
             limits: RequestLimits::default(),
             max_num_seqs: 16,
+            text: None,
             configure: Box::new(|_| {}),
         }
     }
@@ -61,11 +64,18 @@ impl TestServer {
 
     pub async fn start_with(opts: Options) -> TestServer {
         let step_delay = opts.step_delay;
+        let text = opts.text;
         let script = move |s: &SeqView<'_>| {
             if !step_delay.is_zero() {
                 std::thread::sleep(step_delay);
             }
-            vec![u32::from(TEXT.as_bytes()[s.output.len() % TEXT.len()])]
+            match &text {
+                Some(t) => match t.as_bytes().get(s.output.len()) {
+                    Some(&b) => vec![u32::from(b)],
+                    None => vec![256],
+                },
+                None => vec![u32::from(TEXT.as_bytes()[s.output.len() % TEXT.len()])],
+            }
         };
         let tokenizer = Arc::new(Tokenizer::builtin());
         let sched = SchedulerConfig {
