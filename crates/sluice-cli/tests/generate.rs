@@ -295,3 +295,77 @@ fn a_kv_cache_that_cannot_fit_exits_2_naming_the_flag() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("the KV cache size overflows"), "{err}");
 }
+
+#[test]
+fn structured_output_flags_constrain_every_completion() {
+    let dir = std::env::temp_dir().join(format!("sluice-gen-structured-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let schema = dir.join("schema.json");
+    std::fs::write(
+        &schema,
+        r#"{"type": "object", "required": ["ok"], "properties": {"ok": {"type": "boolean"}},
+            "additionalProperties": false}"#,
+    )
+    .unwrap();
+    let grammar = dir.join("g.lark");
+    std::fs::write(&grammar, "start: \"A\" | \"B\" \"C\"\n").unwrap();
+    // The built-in tiny model (random weights): only the grammar decides.
+    let cases: [(&[&str], fn(&str) -> bool); 4] = [
+        (&["--choice", "yes,no"], |t| t == "yes" || t == "no"),
+        (&["--regex", "[0-9]{3}"], |t| {
+            t.len() == 3 && t.bytes().all(|b| b.is_ascii_digit())
+        }),
+        (&["--json-schema", schema.to_str().unwrap()], |t| {
+            serde_json::from_str::<Value>(t).is_ok_and(|v| v["ok"].is_boolean())
+        }),
+        (&["--grammar", grammar.to_str().unwrap()], |t| {
+            t == "A" || t == "BC"
+        }),
+    ];
+    for (flags, ok) in cases {
+        let mut args = vec![
+            "generate",
+            "--prompt",
+            "Hi",
+            "--prompt",
+            "Yo",
+            "--max-tokens",
+            "64",
+            "--temperature",
+            "0",
+        ];
+        args.extend_from_slice(flags);
+        args.push("--json");
+        let (code, out, err) = sluice(&args);
+        assert_eq!(code, 0, "{flags:?}: {err}");
+        let lines: Vec<Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 2, "{out}");
+        for v in lines {
+            let text = v["text"].as_str().unwrap();
+            assert!(ok(text), "{flags:?}: {text:?}");
+            assert_eq!(v["finish_reason"], "stop", "{flags:?}: {v}");
+        }
+    }
+    // Bad constraints and files: exit 2 naming the flag.
+    for (flags, want) in [
+        (&["--regex", "(unclosed"][..], "--regex"),
+        (
+            &["--json-schema", "/nonexistent/s.json"][..],
+            "--json-schema",
+        ),
+        (
+            &["--choice", "a", "--regex", "b"][..],
+            "cannot be used with",
+        ),
+    ] {
+        let mut args = vec!["generate", "--prompt", "Hi"];
+        args.extend_from_slice(flags);
+        let (code, _, err) = sluice(&args);
+        assert_eq!(code, 2, "{flags:?}: {err}");
+        assert!(err.contains(want), "{flags:?}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

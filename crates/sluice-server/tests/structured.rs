@@ -107,18 +107,36 @@ async fn constraints_hold_on_both_endpoints() {
 async fn bad_constraints_and_tool_fields_are_400s_naming_the_field() {
     let s = server(None, None).await;
     let cases = [
-        (json!({"messages": user("Hi"), "response_format": {"type": "json_schema",
-            "json_schema": {"name": "x", "schema": {"type": "strin"}}}}), "response_format"),
-        (json!({"messages": user("Hi"), "structured_outputs": {"regex": "(unclosed"}}),
-            "structured_outputs.regex"),
-        (json!({"messages": user("Hi"), "structured_outputs": {"grammar": "start: nothing_defined"}}),
-            "structured_outputs.grammar"),
-        (json!({"messages": user("Hi"), "structured_outputs": {"regex": "a", "choice": ["b"]}}),
-            "structured_outputs"),
-        (json!({"messages": user("Hi"), "tool_choice": "required"}), "tool_choice"),
-        (json!({"messages": user("Hi"), "tools": weather_tools(),
-            "tool_choice": {"type": "function", "function": {"name": "nope"}}}), "tool_choice"),
-        (json!({"messages": user("Hi"), "tools": weather_tools()}), "tool_choice"),
+        (
+            json!({"messages": user("Hi"), "response_format": {"type": "json_schema",
+            "json_schema": {"name": "x", "schema": {"type": "strin"}}}}),
+            "response_format",
+        ),
+        (
+            json!({"messages": user("Hi"), "structured_outputs": {"regex": "(unclosed"}}),
+            "structured_outputs.regex",
+        ),
+        (
+            json!({"messages": user("Hi"), "structured_outputs": {"grammar": "start: nothing_defined"}}),
+            "structured_outputs.grammar",
+        ),
+        (
+            json!({"messages": user("Hi"), "structured_outputs": {"regex": "a", "choice": ["b"]}}),
+            "structured_outputs",
+        ),
+        (
+            json!({"messages": user("Hi"), "tool_choice": "required"}),
+            "tool_choice",
+        ),
+        (
+            json!({"messages": user("Hi"), "tools": weather_tools(),
+            "tool_choice": {"type": "function", "function": {"name": "nope"}}}),
+            "tool_choice",
+        ),
+        (
+            json!({"messages": user("Hi"), "tools": weather_tools()}),
+            "tool_choice",
+        ),
         (json!({"messages": user("Hi"), "tools": []}), "tools"),
     ];
     for (body, field) in cases {
@@ -132,7 +150,11 @@ async fn bad_constraints_and_tool_fields_are_400s_naming_the_field() {
         json!({"prompt": "Hi", "guided_json": {"type": "strin"}}),
     )
     .await;
-    assert_eq!((st, &v["error"]["param"]), (400, &json!("guided_json")), "{v}");
+    assert_eq!(
+        (st, &v["error"]["param"]),
+        (400, &json!("guided_json")),
+        "{v}"
+    );
     s.shutdown().await;
 }
 
@@ -143,17 +165,22 @@ async fn required_and_named_tool_choices_return_tool_calls() {
         None,
     )
     .await;
-    let body = json!({"messages": user("Weather?"), "tools": weather_tools(), "tool_choice": "required"});
+    let body =
+        json!({"messages": user("Weather?"), "tools": weather_tools(), "tool_choice": "required"});
     let (st, v) = post(&s, "/v1/chat/completions", body.clone()).await;
     assert_eq!(st, 200, "{v}");
     let choice = &v["choices"][0];
     assert_eq!(choice["finish_reason"], "tool_calls", "{v}");
     assert_eq!(choice["message"]["content"], "");
     let call = &choice["message"]["tool_calls"][0];
-    assert!(call["id"].as_str().unwrap().starts_with("chatcmpl-tool-"), "{call}");
+    assert!(
+        call["id"].as_str().unwrap().starts_with("chatcmpl-tool-"),
+        "{call}"
+    );
     assert_eq!(call["type"], "function");
     assert_eq!(call["function"]["name"], "get_weather");
-    let args: Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+    let args: Value =
+        serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
     assert_eq!(args, json!({"city": "Paris"}));
 
     // Streaming: the deltas add up to the same call.
@@ -162,7 +189,11 @@ async fn required_and_named_tool_choices_return_tool_calls() {
     let chunks = post_stream(&s, "/v1/chat/completions", stream_body).await;
     let (mut name, mut arguments, mut finish) = (String::new(), String::new(), Value::Null);
     for c in &chunks {
-        for d in c["choices"][0]["delta"]["tool_calls"].as_array().into_iter().flatten() {
+        for d in c["choices"][0]["delta"]["tool_calls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
             assert_eq!(d["index"], 0);
             name.push_str(d["function"]["name"].as_str().unwrap_or(""));
             arguments.push_str(d["function"]["arguments"].as_str().unwrap_or(""));
@@ -172,7 +203,10 @@ async fn required_and_named_tool_choices_return_tool_calls() {
         }
     }
     assert_eq!(name, "get_weather");
-    assert_eq!(serde_json::from_str::<Value>(&arguments).unwrap(), json!({"city": "Paris"}));
+    assert_eq!(
+        serde_json::from_str::<Value>(&arguments).unwrap(),
+        json!({"city": "Paris"})
+    );
     assert_eq!(finish, "tool_calls");
     s.shutdown().await;
 
@@ -203,8 +237,12 @@ async fn auto_tool_choice_goes_through_the_parser() {
     let m = &v["choices"][0]["message"];
     assert_eq!(m["content"], "Let me look.", "{v}");
     assert_eq!(m["tool_calls"][0]["function"]["name"], "get_weather");
-    let args: Value =
-        serde_json::from_str(m["tool_calls"][0]["function"]["arguments"].as_str().unwrap()).unwrap();
+    let args: Value = serde_json::from_str(
+        m["tool_calls"][0]["function"]["arguments"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
     assert_eq!(args, json!({"city": "Rome"}));
     assert_eq!(v["choices"][0]["finish_reason"], "tool_calls");
 
@@ -220,7 +258,10 @@ async fn auto_tool_choice_goes_through_the_parser() {
         }
     }
     assert_eq!(content, "Let me look.");
-    assert_eq!(serde_json::from_str::<Value>(&arguments).unwrap(), json!({"city": "Rome"}));
+    assert_eq!(
+        serde_json::from_str::<Value>(&arguments).unwrap(),
+        json!({"city": "Rome"})
+    );
 
     // tool_choice "none": the text as it is, no calls.
     let (st, v) = post(
