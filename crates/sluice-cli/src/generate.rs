@@ -65,6 +65,10 @@ pub struct GenerateArgs {
     /// schema in FILE.
     #[arg(long, value_name = "FILE", group = "constraint")]
     pub json_schema: Option<PathBuf>,
+    /// With --json-schema: the whitespace allowed between JSON tokens, as a
+    /// regex (default: any run of spaces, tabs and newlines).
+    #[arg(long, value_name = "RE", requires = "json_schema")]
+    pub whitespace_pattern: Option<String>,
     /// Structured output: every completion matches this regex.
     #[arg(long, value_name = "RE", group = "constraint")]
     pub regex: Option<String>,
@@ -379,7 +383,7 @@ fn constraint(args: &GenerateArgs) -> Result<Option<Constraint>> {
             .map_err(|e| bad_config(format!("--json-schema {}: not JSON: {e}", path.display())))?;
         return Ok(Some(Constraint::Json {
             schema,
-            whitespace_pattern: None,
+            whitespace_pattern: args.whitespace_pattern.clone(),
         }));
     }
     if let Some(re) = &args.regex {

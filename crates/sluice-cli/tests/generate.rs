@@ -315,9 +315,15 @@ fn structured_output_flags_constrain_every_completion() {
         (&["--regex", "[0-9]{3}"], |t| {
             t.len() == 3 && t.bytes().all(|b| b.is_ascii_digit())
         }),
-        (&["--json-schema", schema.to_str().unwrap()], |t| {
-            serde_json::from_str::<Value>(t).is_ok_and(|v| v["ok"].is_boolean())
-        }),
+        (
+            &[
+                "--json-schema",
+                schema.to_str().unwrap(),
+                "--whitespace-pattern",
+                "[ ]?",
+            ],
+            |t| serde_json::from_str::<Value>(t).is_ok_and(|v| v["ok"].is_boolean()),
+        ),
         (&["--grammar", grammar.to_str().unwrap()], |t| {
             t == "A" || t == "BC"
         }),
