@@ -310,7 +310,8 @@ fn structured_output_flags_constrain_every_completion() {
     let grammar = dir.join("g.lark");
     std::fs::write(&grammar, "start: \"A\" | \"B\" \"C\"\n").unwrap();
     // The built-in tiny model (random weights): only the grammar decides.
-    let cases: [(&[&str], fn(&str) -> bool); 4] = [
+    type Check = fn(&str) -> bool;
+    let cases: [(&[&str], Check); 4] = [
         (&["--choice", "yes,no"], |t| t == "yes" || t == "no"),
         (&["--regex", "[0-9]{3}"], |t| {
             t.len() == 3 && t.bytes().all(|b| b.is_ascii_digit())
