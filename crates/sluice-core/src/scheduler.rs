@@ -336,6 +336,14 @@ impl Scheduler {
         }
     }
 
+    /// The KV cache events queued since the last call (vLLM's
+    /// `take_events`, collected at the end of `update_from_output`), in the
+    /// order they happened. Empty unless prefix caching is on.
+    // TODO(issue 11): filled by the KV cache manager.
+    pub fn take_kv_cache_events(&mut self) -> Vec<crate::kv_events::KvCacheEvent> {
+        Vec::new()
+    }
+
     /// Drops the prefix cache. With `reset_running_requests`, first preempts
     /// every running request (from the tail, so they keep their order in
     /// `waiting`). Returns whether the cache was cleared.
