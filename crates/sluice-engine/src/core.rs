@@ -23,7 +23,7 @@ use crate::stream::output_cost;
 use sluice_core::GrammarBitmask;
 use sluice_core::{
     FinishReason, ModelRunnerOutput, NewRequest, RequestId, RequestStatus, SampleLogprobs,
-    Scheduler, SchedulerOutput, StopReason as CoreStopReason,
+    Scheduler, SchedulerOutput, StopReason as CoreStopReason, TokenId,
 };
 use sluice_structured::{GrammarMatcher, PendingGrammar};
 use sluice_tokenizer::Tokenizer;
@@ -78,6 +78,10 @@ struct Child {
     /// Structured outputs: the completion's grammar state, advanced by
     /// every token it is given (`None` while compiling, or unconstrained).
     grammar: Option<GrammarMatcher>,
+    /// The request's `stop_token_ids`: allowed wherever its grammar can end
+    /// (as vLLM adds them to the matcher's stop set), besides the model's
+    /// EOS ids the grammar knows.
+    grammar_stop_ids: Vec<TokenId>,
 }
 
 /// The step loop (see the module docs). Drive it yourself with `step()`, or
@@ -368,6 +372,11 @@ impl EngineCore {
                     num_preemptions: 0,
                     prompt_logprobs: wants_prompt_logprobs.then(Vec::new),
                     grammar: None,
+                    grammar_stop_ids: if grammar.is_some() {
+                        req.params.stop_token_ids.clone()
+                    } else {
+                        Vec::new()
+                    },
                 },
             );
             children.push(child_id);
@@ -435,12 +444,20 @@ impl EngineCore {
         mask.req_ids.clear();
         mask.words.clear();
         for s in &sched_out.num_scheduled_tokens {
-            if let Some(m) = self
-                .children
-                .get_mut(&s.req_id)
-                .and_then(|c| c.grammar.as_mut())
-            {
-                m.fill_bitmask(mask.push_row(s.req_id.clone()));
+            let Some(child) = self.children.get_mut(&s.req_id) else {
+                continue;
+            };
+            let Some(m) = child.grammar.as_mut() else {
+                continue;
+            };
+            let row = mask.push_row(s.req_id.clone());
+            m.fill_bitmask(row);
+            if !child.grammar_stop_ids.is_empty() && m.can_stop() {
+                for &t in &child.grammar_stop_ids {
+                    if let Some(w) = row.get_mut(t as usize / 32) {
+                        *w |= 1 << (t % 32);
+                    }
+                }
             }
         }
         if mask.is_empty() {
@@ -532,8 +549,15 @@ impl EngineCore {
         if let Some(m) = child.grammar.as_mut() {
             // In update_from_output's order, as vLLM's scheduler advances
             // its matchers. A token outside the mask cannot be sampled, so
-            // a rejection means the request's state is broken: fail it.
-            if !m.accept_tokens(&out.new_token_ids) {
+            // a rejection means the request's state is broken: fail it. A
+            // request stop id where the grammar could end is not the
+            // grammar's to follow: it ends the request.
+            let stops = &child.grammar_stop_ids;
+            let accepted = out
+                .new_token_ids
+                .iter()
+                .all(|&t| (stops.contains(&t) && m.can_stop()) || m.accept_token(t));
+            if !accepted {
                 let error = m.error().unwrap_or_default();
                 let seq = child.parent;
                 self.abort_parent(

@@ -137,3 +137,22 @@ fn preempted_constrained_requests_resume_where_their_grammar_was() {
         assert_eq!(o[0].text, "ab".repeat(20));
     }
 }
+
+#[tokio::test]
+async fn a_requests_stop_token_ends_it_where_the_grammar_can_end() {
+    // The model writes "ab" then wants token b'!' (a stop id of this
+    // request), which the regex "ab(c)?" does not contain: allowed once
+    // "ab" is complete, and it ends the request like EOS.
+    let engine = start(config(scheduler_config()), 64, say("ab!c"));
+    let mut p = params(16);
+    p.stop_token_ids = vec![u32::from(b'!')];
+    let req = request("Q?", p).with_constraint(Constraint::Regex("ab(c)?".into()));
+    let out = collect(engine.generate(req).unwrap()).await;
+    assert_eq!(out[0].text, "ab");
+    let fin = out[0].finished.as_ref().unwrap();
+    assert_eq!(fin.reason, FinishReason::Stop);
+    assert_eq!(
+        fin.stop_reason,
+        Some(sluice_engine::StopReason::Token(u32::from(b'!')))
+    );
+}
