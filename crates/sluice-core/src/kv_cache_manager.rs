@@ -283,7 +283,7 @@ mod tests {
     use crate::sampling_params::SamplingParams;
 
     fn manager(num_blocks: usize, block_size: usize, caching: bool) -> KvCacheManager {
-        let hasher = caching.then(|| BlockHasher::new(HashAlgo::Sha256, block_size));
+        let hasher = caching.then(|| BlockHasher::new(HashAlgo::Sha256, block_size, None));
         KvCacheManager::new(num_blocks, block_size, 4096, 0.0, hasher).unwrap()
     }
 

@@ -65,9 +65,13 @@ impl Scheduler {
     /// first to apply vLLM's stricter engine checks.
     pub fn new(config: SchedulerConfig) -> Result<Self, ConfigError> {
         config.validate_basic()?;
-        let hasher = config
-            .enable_prefix_caching
-            .then(|| BlockHasher::new(config.prefix_caching_hash_algo, config.block_size));
+        let hasher = config.enable_prefix_caching.then(|| {
+            BlockHasher::new(
+                config.prefix_caching_hash_algo,
+                config.block_size,
+                config.hash_seed.as_deref(),
+            )
+        });
         let kv = KvCacheManager::new(
             config.num_gpu_blocks,
             config.block_size,
