@@ -212,29 +212,29 @@ impl BlockHasher {
             let mut p = pickle::Pickler::new(buf);
             p.bytes(parent);
             p.boundary();
-            let mark = p.tuple_start(tokens.len());
+            p.tuple_start(tokens.len());
             for &t in tokens {
                 p.int(i128::from(t));
                 p.boundary();
             }
-            p.tuple_end(mark, tokens.len());
+            p.tuple_end(tokens.len());
             p.boundary();
             match salt {
                 None => p.none(),
                 Some(s) => {
-                    let outer = p.tuple_start(1);
-                    let inner = p.tuple_start(2);
+                    p.tuple_start(1);
+                    p.tuple_start(2);
                     p.str("cache_salt");
                     p.boundary();
                     p.str(s);
                     p.boundary();
-                    p.tuple_end(inner, 2);
+                    p.tuple_end(2);
                     p.boundary();
-                    p.tuple_end(outer, 1);
+                    p.tuple_end(1);
                 }
             }
             p.boundary();
-            p.tuple_end(0, 3);
+            p.tuple_end(3);
             p.boundary();
             p.finish();
         }
@@ -341,7 +341,7 @@ pub mod pickle {
             if n <= 0xff {
                 self.write(&[b'C', n as u8]);
             } else if n <= 0xffff_ffff {
-                self.write(&[b'B']);
+                self.write(b"B");
                 self.write(&(n as u32).to_le_bytes());
             } else {
                 self.write(&[0x8e]);
@@ -357,7 +357,7 @@ pub mod pickle {
             if n <= 0xff {
                 self.write(&[0x8c, n as u8]);
             } else if n <= 0xffff_ffff {
-                self.write(&[b'X']);
+                self.write(b"X");
                 self.write(&(n as u32).to_le_bytes());
             } else {
                 self.write(&[0x8d]);
@@ -373,10 +373,10 @@ pub mod pickle {
             if (0..=0xff).contains(&v) {
                 self.write(&[b'K', v as u8]);
             } else if (0..=0xffff).contains(&v) {
-                self.write(&[b'M']);
+                self.write(b"M");
                 self.write(&(v as u16).to_le_bytes());
             } else if i128::from(i32::MIN) <= v && v <= i128::from(i32::MAX) {
-                self.write(&[b'J']);
+                self.write(b"J");
                 self.write(&(v as i32).to_le_bytes());
             } else {
                 let le = v.to_le_bytes();
@@ -396,16 +396,16 @@ pub mod pickle {
             }
         }
 
-        /// Opens a tuple of `len` elements; returns what `tuple_end` needs.
-        pub fn tuple_start(&mut self, len: usize) -> usize {
+        /// Opens a tuple of `len` elements (a MARK past 3 elements; protocol
+        /// 2+ has dedicated opcodes for 1 to 3).
+        pub fn tuple_start(&mut self, len: usize) {
             if len > 3 {
                 self.write(&[MARK]);
             }
-            0
         }
 
         /// Closes a tuple of `len` elements (memoized unless empty).
-        pub fn tuple_end(&mut self, _mark: usize, len: usize) {
+        pub fn tuple_end(&mut self, len: usize) {
             match len {
                 0 => self.write(&[EMPTY_TUPLE]),
                 1..=3 => self.write(&[TUPLE1 + (len as u8 - 1), MEMOIZE]),
