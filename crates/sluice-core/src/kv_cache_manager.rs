@@ -215,7 +215,14 @@ impl KvCacheManager {
             return;
         }
         let start = table.num_cached;
-        pool.cache_full_blocks(&table.blocks[start..full], &req.block_hashes[start..full]);
+        let b = self.block_size;
+        pool.cache_full_blocks(
+            &table.blocks[start..full],
+            &req.block_hashes[start..full],
+            start.checked_sub(1).map(|p| &req.block_hashes[p]),
+            &req.all_token_ids()[start * b..full * b],
+            b,
+        );
         table.num_cached = full;
     }
 
@@ -254,6 +261,16 @@ impl KvCacheManager {
 
     pub fn prefix_cache_stats(&self) -> &PrefixCacheStats {
         &self.stats
+    }
+
+    /// Turns KV cache event queueing on or off (`kv_events.rs`).
+    pub fn set_kv_cache_events(&mut self, on: bool) {
+        self.pool.set_kv_cache_events(on);
+    }
+
+    /// The KV cache events queued since the last call, oldest first.
+    pub fn take_events(&mut self) -> Vec<crate::kv_events::KvCacheEvent> {
+        self.pool.take_events()
     }
 
     /// Drops every cached hash; only possible when no block is in use.
