@@ -114,6 +114,11 @@ impl FromStr for HashAlgo {
     }
 }
 
+/// The serialization buffer: on the stack up to 1 KiB (a block of 16 tokens
+/// pickles to under 200 bytes), so that hashing the block a decode step
+/// fills allocates nothing.
+pub type Buf = smallvec::SmallVec<[u8; 1024]>;
+
 /// vLLM's `DEFAULT_NONE_HASH_SEED`: the root seed when `PYTHONHASHSEED` is
 /// not set.
 pub const DEFAULT_NONE_HASH_SEED: &str = "vllm-none-hash";
@@ -131,7 +136,7 @@ impl BlockHasher {
     /// value of `PYTHONHASHSEED`, or `None` when it is not set).
     pub fn new(algo: HashAlgo, block_size: usize, seed: Option<&str>) -> Self {
         let seed = seed.unwrap_or(DEFAULT_NONE_HASH_SEED);
-        let mut buf = Vec::with_capacity(seed.len() + 16);
+        let mut buf = Buf::new();
         if algo.cbor() {
             cbor::str(&mut buf, seed);
         } else {
@@ -167,7 +172,7 @@ impl BlockHasher {
         if b == 0 {
             return;
         }
-        let mut buf = Vec::new();
+        let mut buf = Buf::new();
         while (hashes.len() + 1) * b <= tokens.len() {
             let i = hashes.len();
             let parent = hashes.last().copied().unwrap_or(self.root);
@@ -185,7 +190,7 @@ impl BlockHasher {
     /// `buf` (reused across the blocks of one call).
     fn hash_block(
         &self,
-        buf: &mut Vec<u8>,
+        buf: &mut Buf,
         parent: &BlockHash,
         tokens: &[u32],
         salt: Option<&str>,
@@ -260,6 +265,7 @@ fn digest(algo: HashAlgo, data: &[u8]) -> BlockHash {
 /// ints, str, `None` and tuples of them, none appearing twice (so the memo
 /// is written but never read back).
 pub mod pickle {
+    use super::Buf;
     const PROTO: u8 = 0x80;
     const FRAME: u8 = 0x95;
     const STOP: u8 = b'.';
@@ -280,13 +286,13 @@ pub mod pickle {
     /// structure: `boundary()` after each complete object, as CPython's
     /// `save()` does, since that is where frames may be split.
     pub struct Pickler<'a> {
-        out: &'a mut Vec<u8>,
+        out: &'a mut Buf,
         /// Where the open frame's 9-byte header was reserved.
         frame_start: Option<usize>,
     }
 
     impl<'a> Pickler<'a> {
-        pub fn new(out: &'a mut Vec<u8>) -> Self {
+        pub fn new(out: &'a mut Buf) -> Self {
             out.extend_from_slice(&[PROTO, 5]);
             Pickler {
                 out,
@@ -419,8 +425,9 @@ pub mod pickle {
 /// tuples (arrays). Canonical mode only reorders maps and shrinks floats,
 /// neither of which occurs here, so this is plain shortest-form CBOR.
 pub mod cbor {
+    use super::Buf;
     /// A major type with its shortest-form argument.
-    pub fn head(out: &mut Vec<u8>, major: u8, arg: u64) {
+    pub fn head(out: &mut Buf, major: u8, arg: u64) {
         let m = major << 5;
         if arg < 24 {
             out.push(m | arg as u8);
@@ -438,22 +445,22 @@ pub mod cbor {
         }
     }
 
-    pub fn bytes(out: &mut Vec<u8>, data: &[u8]) {
+    pub fn bytes(out: &mut Buf, data: &[u8]) {
         head(out, 2, data.len() as u64);
         out.extend_from_slice(data);
     }
 
-    pub fn str(out: &mut Vec<u8>, s: &str) {
+    pub fn str(out: &mut Buf, s: &str) {
         head(out, 3, s.len() as u64);
         out.extend_from_slice(s.as_bytes());
     }
 
-    pub fn none(out: &mut Vec<u8>) {
+    pub fn none(out: &mut Buf) {
         out.push(0xf6);
     }
 
     /// An int; past 64 bits, a bignum (tag 2 or 3 over big-endian bytes).
-    pub fn int(out: &mut Vec<u8>, v: i128) {
+    pub fn int(out: &mut Buf, v: i128) {
         let (major, tag, mag) = if v >= 0 {
             (0, 2, v as u128)
         } else {

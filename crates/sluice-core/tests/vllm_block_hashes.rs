@@ -7,7 +7,7 @@
 //! ints and strings are checked too.
 
 use serde_json::Value;
-use sluice_core::block_hash::{cbor, pickle};
+use sluice_core::block_hash::{cbor, pickle, Buf};
 use sluice_core::{BlockHasher, HashAlgo};
 use std::path::Path;
 
@@ -78,7 +78,7 @@ fn block_hashes_equal_vllms() {
 fn single_value_encodings_equal_cpythons_and_cbor2s() {
     let d = data();
     for e in d["encodings"].as_array().unwrap() {
-        let (mut p, mut c) = (Vec::new(), Vec::new());
+        let (mut p, mut c) = (Buf::new(), Buf::new());
         let mut pk = pickle::Pickler::new(&mut p);
         if let Some(s) = e["int"].as_str() {
             let v: i128 = s.parse().unwrap();
