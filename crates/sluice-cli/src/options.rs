@@ -106,10 +106,26 @@ pub struct SchedulerArgs {
     /// fcfs or priority.
     #[arg(long, value_name = "POLICY", default_value = "fcfs")]
     pub scheduling_policy: SchedulingPolicy,
-    /// Block hash of the prefix cache: sha256 (vLLM's default) or xxhash
-    /// (faster, not collision resistant against an adversary).
+    /// Block hash of the prefix cache, as vLLM names it: sha256 (the
+    /// default), sha256_cbor, xxhash or xxhash_cbor (faster, not collision
+    /// resistant against an adversary). PYTHONHASHSEED, when set, seeds the
+    /// hash chain as it does in vLLM.
     #[arg(long, value_name = "ALGO", default_value = "sha256")]
     pub prefix_caching_hash_algo: HashAlgo,
+}
+
+/// The block-hash seed: vLLM derives the root of its hash chain from
+/// `PYTHONHASHSEED` when that is set, so sluice reads it too, here where the
+/// scheduler config is built (sluice-core reads no environment). Refuses a
+/// value that is not UTF-8 rather than guessing at its bytes.
+pub fn hash_seed_from_env() -> Result<Option<String>, String> {
+    match std::env::var("PYTHONHASHSEED") {
+        Ok(s) => Ok(Some(s)),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => {
+            Err("PYTHONHASHSEED: not valid UTF-8".to_string())
+        }
+    }
 }
 
 /// "1GiB", "512MiB", "64KiB", "2GB", "1000" (bytes).
@@ -354,6 +370,7 @@ pub fn prepare_engine(model: &ModelArgs, sched: &SchedulerArgs) -> Result<Prepar
         long_prefill_token_threshold: sched.long_prefill_token_threshold,
         policy: sched.scheduling_policy,
         prefix_caching_hash_algo: sched.prefix_caching_hash_algo,
+        hash_seed: hash_seed_from_env().map_err(bad_config)?,
         ..SchedulerConfig::default()
     };
     let config = EngineConfig::new(scheduler)

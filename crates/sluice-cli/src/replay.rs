@@ -1,9 +1,17 @@
-//! `sluice replay TRACE.json [-o LOG.jsonl]` and `sluice replay --bench`.
+//! `sluice replay TRACE.json [-o LOG.jsonl] [--kv-events EVENTS.jsonl]` and
+//! `sluice replay --bench`.
+//!
+//! `--kv-events` also writes the KV cache events each step published, one
+//! `{"step": N, "events": [...]}` line per step that published any: the
+//! format of vLLM's captured events (`sluice_core::kv_events`). As in vLLM,
+//! `PYTHONHASHSEED` (when set) seeds the block hashes.
 //!
 //! A trace is read whole, but never more than `MAX_TRACE_BYTES`: the path
 //! may name a pipe or a device (`/dev/zero`) that never ends.
 
+use crate::options::hash_seed_from_env;
 use clap::Args;
+use sluice_core::kv_events::step_events_json;
 use sluice_core::replay::{ReplayError, Replayer, StepTiming};
 use sluice_core::trace::{Trace, MAX_TRACE_BYTES};
 use std::fs::File;
@@ -18,6 +26,9 @@ pub struct ReplayArgs {
     /// Write the decision log here instead of stdout.
     #[arg(short, long)]
     output: Option<PathBuf>,
+    /// Also write the KV cache events of each step here (JSON lines).
+    #[arg(long, value_name = "PATH", conflicts_with = "bench")]
+    kv_events: Option<PathBuf>,
     /// Time the scheduler instead of writing the log: prints one JSON line
     /// with the step count and the median and p99 µs per step of
     /// schedule() + update_from_output().
@@ -90,7 +101,7 @@ pub fn run(args: ReplayArgs) -> ExitCode {
     let result = if args.bench {
         bench(trace, &args)
     } else {
-        write_log(trace, args.output.as_ref())
+        write_log(trace, args.output.as_ref(), args.kv_events.as_ref())
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -107,22 +118,40 @@ pub fn run(args: ReplayArgs) -> ExitCode {
     }
 }
 
-fn write_log(trace: Trace, output: Option<&PathBuf>) -> anyhow::Result<()> {
+fn create(p: &Path) -> anyhow::Result<BufWriter<File>> {
+    Ok(BufWriter::new(File::create(p).map_err(|e| {
+        anyhow::anyhow!("cannot create {}: {e}", p.display())
+    })?))
+}
+
+fn write_log(
+    trace: Trace,
+    output: Option<&PathBuf>,
+    kv_events: Option<&PathBuf>,
+) -> anyhow::Result<()> {
     let mut out: Box<dyn Write> = match output {
-        Some(p) => {
-            Box::new(BufWriter::new(File::create(p).map_err(|e| {
-                anyhow::anyhow!("cannot create {}: {e}", p.display())
-            })?))
-        }
+        Some(p) => Box::new(create(p)?),
         None => Box::new(BufWriter::new(std::io::stdout().lock())),
     };
-    let mut r = Replayer::new(trace)?;
+    let mut events_out = kv_events.map(|p| create(p)).transpose()?;
+    let seed = hash_seed_from_env().map_err(ReplayError)?;
+    let mut r = Replayer::with_options(trace, events_out.is_some(), seed)?;
     while r.has_next() {
+        let step = r.next_step();
         if let Some(rec) = r.step(true, None)? {
             writeln!(out, "{}", rec.to_json())?;
         }
+        if let Some(ev_out) = &mut events_out {
+            let events = r.take_kv_cache_events();
+            if !events.is_empty() {
+                writeln!(ev_out, "{}", step_events_json(step, &events))?;
+            }
+        }
     }
     out.flush()?;
+    if let Some(mut ev_out) = events_out {
+        ev_out.flush()?;
+    }
     Ok(())
 }
 
@@ -135,7 +164,8 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 fn bench(trace: Trace, args: &ReplayArgs) -> anyhow::Result<()> {
-    let mut r = Replayer::new(trace)?;
+    let seed = hash_seed_from_env().map_err(ReplayError)?;
+    let mut r = Replayer::with_options(trace, false, seed)?;
     let mut timings = Vec::new();
     while r.has_next() {
         let mut t = StepTiming::default();

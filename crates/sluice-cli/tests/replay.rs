@@ -34,6 +34,58 @@ fn replay_writes_the_golden_log() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), golden);
 }
 
+/// `--kv-events` writes vLLM's captured events for the trace, byte for byte
+/// (the golden lines are compact JSON, as sluice writes them).
+#[test]
+fn replay_writes_the_golden_kv_events() {
+    for name in ["prefix-preempt-01", "preempt-01"] {
+        let path = tmp(&format!("{name}.kv-events.jsonl"));
+        let st = sluice()
+            .arg("replay")
+            .arg(traces().join(format!("{name}.trace.json")))
+            .arg("-o")
+            .arg(tmp(&format!("{name}.log.jsonl")))
+            .arg("--kv-events")
+            .arg(&path)
+            // vLLM's goldens ran without it; it would move every hash.
+            .env_remove("PYTHONHASHSEED")
+            .status()
+            .expect("runs");
+        assert!(st.success());
+        let golden = std::fs::read_to_string(
+            traces().join(format!("../kv-events/{name}.vllm-kv-events.jsonl")),
+        )
+        .expect("golden");
+        let got = std::fs::read_to_string(&path).expect("written");
+        assert!(!got.is_empty());
+        assert_eq!(got, golden, "{name}");
+    }
+}
+
+/// PYTHONHASHSEED moves every hash, as in vLLM; the decisions stay the same.
+#[test]
+fn pythonhashseed_seeds_the_kv_event_hashes() {
+    let run = |seed: Option<&str>| {
+        let path = tmp(&format!("seed-{seed:?}.kv-events.jsonl"));
+        let mut cmd = sluice();
+        cmd.arg("replay")
+            .arg(traces().join("prefix-01.trace.json"))
+            .arg("-o")
+            .arg(tmp(&format!("seed-{seed:?}.log.jsonl")))
+            .arg("--kv-events")
+            .arg(&path);
+        match seed {
+            Some(s) => cmd.env("PYTHONHASHSEED", s),
+            None => cmd.env_remove("PYTHONHASHSEED"),
+        };
+        assert!(cmd.status().expect("runs").success());
+        std::fs::read_to_string(&path).expect("written")
+    };
+    let (unset, zero) = (run(None), run(Some("0")));
+    assert_ne!(unset, zero);
+    assert_eq!(unset.lines().count(), zero.lines().count());
+}
+
 #[test]
 fn replay_to_a_file() {
     let path = tmp("prefix-01.jsonl");

@@ -6,11 +6,18 @@
 //! `touch` (a prefix hit) until `get_new_blocks` pops and evicts it. Freeing
 //! follows vLLM's order exactly, since it fixes which block ids later requests
 //! receive: see `free_blocks`.
+//!
+//! With KV cache events on, the pool also queues what changed in its prefix
+//! cache, in vLLM's terms and order (`kv_events.rs`): a `BlockStored` per
+//! `cache_full_blocks` call, a `BlockRemoved` per evicted hash, an
+//! `AllBlocksCleared` per successful reset. Off, the queue does not exist and
+//! the hot path pays one branch.
 
 use crate::block_hash::BlockHash;
 use crate::config::{at_most, MAX_NUM_GPU_BLOCKS};
 use crate::error::FieldError;
 use crate::free_queue::FreeBlockQueue;
+use crate::kv_events::KvCacheEvent;
 use crate::prefix_cache::CachedBlockMap;
 use crate::request::BlockId;
 
@@ -26,6 +33,8 @@ pub struct BlockPool {
     cached: CachedBlockMap,
     evict_first: Vec<BlockId>,
     evict_last: Vec<BlockId>,
+    /// Queued KV cache events; `None` when events are off.
+    events: Option<Vec<KvCacheEvent>>,
 }
 
 impl BlockPool {
@@ -75,6 +84,7 @@ impl BlockPool {
             cached,
             evict_first: Vec::new(),
             evict_last: Vec::new(),
+            events: None,
         })
     }
 
@@ -95,6 +105,24 @@ impl BlockPool {
             0.0
         } else {
             1.0 - self.free.len() as f64 / usable as f64
+        }
+    }
+
+    /// Turns KV cache event queueing on or off (off drops the queue).
+    pub fn set_kv_cache_events(&mut self, on: bool) {
+        self.events = on.then(Vec::new);
+    }
+
+    pub fn kv_cache_events_enabled(&self) -> bool {
+        self.events.is_some()
+    }
+
+    /// The events queued since the last call, oldest first (vLLM's
+    /// `take_events`).
+    pub fn take_events(&mut self) -> Vec<KvCacheEvent> {
+        match &mut self.events {
+            Some(q) => std::mem::take(q),
+            None => Vec::new(),
         }
     }
 
@@ -136,9 +164,22 @@ impl BlockPool {
         }
     }
 
+    /// vLLM's `_maybe_evict_cached_block`: drops the block's hash, with a
+    /// `BlockRemoved` for it if the map held it.
     fn evict(&mut self, block: BlockId) {
         if let Some(h) = self.hash[block as usize].take() {
-            self.cached.remove(&h, block);
+            if self.cached.remove(&h, block) {
+                self.removed(&h);
+            }
+        }
+    }
+
+    fn removed(&mut self, h: &BlockHash) {
+        if let Some(q) = &mut self.events {
+            q.push(KvCacheEvent::BlockRemoved {
+                block_hashes: vec![h.external()],
+                medium: None,
+            });
         }
     }
 
@@ -185,24 +226,54 @@ impl BlockPool {
         self.evict_last = last;
     }
 
-    /// Registers `blocks[i]` under `hashes[i]` for each pair.
-    pub fn cache_full_blocks(&mut self, blocks: &[BlockId], hashes: &[BlockHash]) {
+    /// Registers `blocks[i]` under `hashes[i]` for each pair. `parent` (the
+    /// hash of the block before `blocks[0]`, `None` for a request's first
+    /// block), `token_ids` (the blocks' tokens) and `block_size` only feed
+    /// the `BlockStored` event, which, as in vLLM, lists every non-null
+    /// block of the call, also those already registered.
+    pub fn cache_full_blocks(
+        &mut self,
+        blocks: &[BlockId],
+        hashes: &[BlockHash],
+        parent: Option<&BlockHash>,
+        token_ids: &[u32],
+        block_size: usize,
+    ) {
         debug_assert_eq!(blocks.len(), hashes.len());
+        if blocks.is_empty() {
+            return;
+        }
         for (&b, h) in blocks.iter().zip(hashes) {
             if b == NULL_BLOCK {
                 continue;
             }
-            let slot = &mut self.hash[b as usize];
-            if slot.as_ref() == Some(h) || self.cached.contains(h, b) {
+            if self.hash[b as usize].as_ref() == Some(h) || self.cached.contains(h, b) {
                 continue;
             }
-            if let Some(old) = slot.take() {
+            if let Some(old) = self.hash[b as usize].take() {
                 // A single full-attention group never re-hashes a block; stay
-                // consistent anyway.
-                self.cached.remove(&old, b);
+                // consistent anyway (vLLM reports the old hash removed).
+                if self.cached.remove(&old, b) {
+                    self.removed(&old);
+                }
             }
-            *slot = Some(*h);
+            self.hash[b as usize] = Some(*h);
             self.cached.insert(*h, b);
+        }
+        if let Some(q) = &mut self.events {
+            q.push(KvCacheEvent::BlockStored {
+                block_hashes: blocks
+                    .iter()
+                    .zip(hashes)
+                    .filter(|(&b, _)| b != NULL_BLOCK)
+                    .map(|(_, h)| h.external())
+                    .collect(),
+                parent_block_hash: parent.map(BlockHash::external),
+                token_ids: token_ids.to_vec(),
+                block_size,
+                lora_id: None,
+                medium: None,
+            });
         }
     }
 
@@ -213,6 +284,9 @@ impl BlockPool {
         }
         self.cached.clear(); // keeps its capacity
         self.hash.iter_mut().for_each(|h| *h = None);
+        if let Some(q) = &mut self.events {
+            q.push(KvCacheEvent::AllBlocksCleared);
+        }
         true
     }
 
@@ -301,7 +375,7 @@ mod tests {
         let mut p = BlockPool::new(10, true).unwrap();
         let mut a = Vec::new();
         p.get_new_blocks(3, &mut a);
-        p.cache_full_blocks(&a[..2], &[h(1), h(2)]);
+        p.cache_full_blocks(&a[..2], &[h(1), h(2)], None, &[], 4);
         p.free_blocks(a.iter().rev().copied());
         assert_eq!(queue(&p), vec![3, 4, 5, 6, 7, 8, 9, 2, 1]);
         assert_eq!(p.get_cached_block(&h(1)), Some(1));
@@ -317,7 +391,7 @@ mod tests {
         let mut p = BlockPool::new(3, true).unwrap();
         let mut a = Vec::new();
         p.get_new_blocks(2, &mut a);
-        p.cache_full_blocks(&a, &[h(1), h(2)]);
+        p.cache_full_blocks(&a, &[h(1), h(2)], None, &[], 4);
         p.free_blocks(a.iter().rev().copied());
         assert_eq!(queue(&p), vec![2, 1]);
         let mut b = Vec::new();
@@ -333,7 +407,7 @@ mod tests {
         let mut p = BlockPool::new(4, true).unwrap();
         let mut a = Vec::new();
         p.get_new_blocks(1, &mut a);
-        p.cache_full_blocks(&a, &[h(9)]);
+        p.cache_full_blocks(&a, &[h(9)], None, &[], 4);
         p.touch(&a);
         p.free_blocks(a.iter().copied());
         assert_eq!(p.num_free_blocks(), 2);
@@ -343,11 +417,58 @@ mod tests {
     }
 
     #[test]
+    fn events_follow_vllms_block_pool() {
+        use crate::kv_events::KvCacheEvent as E;
+        let mut p = BlockPool::new(3, true).unwrap();
+        p.set_kv_cache_events(true);
+        let mut a = Vec::new();
+        p.get_new_blocks(2, &mut a);
+        p.cache_full_blocks(&a[..1], &[h(1)], None, &[5, 6], 2);
+        p.cache_full_blocks(&a[1..], &[h(2)], Some(&h(1)), &[7, 8], 2);
+        p.free_blocks(a.iter().rev().copied());
+        let mut b = Vec::new();
+        p.get_new_blocks(1, &mut b); // evicts block 2's hash
+        p.free_blocks(b.iter().copied());
+        assert!(p.reset_prefix_cache());
+        let ext = |x: u8| h(x).external();
+        assert_eq!(
+            p.take_events(),
+            vec![
+                E::BlockStored {
+                    block_hashes: vec![ext(1)],
+                    parent_block_hash: None,
+                    token_ids: vec![5, 6],
+                    block_size: 2,
+                    lora_id: None,
+                    medium: None,
+                },
+                E::BlockStored {
+                    block_hashes: vec![ext(2)],
+                    parent_block_hash: Some(ext(1)),
+                    token_ids: vec![7, 8],
+                    block_size: 2,
+                    lora_id: None,
+                    medium: None,
+                },
+                E::BlockRemoved {
+                    block_hashes: vec![ext(2)],
+                    medium: None
+                },
+                E::AllBlocksCleared,
+            ]
+        );
+        assert!(p.take_events().is_empty());
+        p.set_kv_cache_events(false);
+        assert!(p.reset_prefix_cache());
+        assert!(p.take_events().is_empty());
+    }
+
+    #[test]
     fn reset_prefix_cache_needs_an_idle_pool() {
         let mut p = BlockPool::new(4, true).unwrap();
         let mut a = Vec::new();
         p.get_new_blocks(1, &mut a);
-        p.cache_full_blocks(&a, &[h(3)]);
+        p.cache_full_blocks(&a, &[h(3)], None, &[], 4);
         assert!(!p.reset_prefix_cache());
         p.free_blocks(a.iter().copied());
         assert!(p.reset_prefix_cache());

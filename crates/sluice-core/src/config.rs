@@ -62,6 +62,15 @@ pub struct SchedulerConfig {
     pub num_gpu_blocks: usize,
     pub enable_prefix_caching: bool,
     pub prefix_caching_hash_algo: HashAlgo,
+    /// The seed of the block-hash chain: the value of `PYTHONHASHSEED` in
+    /// vLLM, which derives its root hash from that variable when it is set
+    /// (and from a fixed string otherwise). `None` = not set. The crate reads
+    /// no environment: the binary that builds the config passes it in.
+    pub hash_seed: Option<String>,
+    /// Queue KV cache events (vLLM's `--kv-events-config` with
+    /// `enable_kv_cache_events`), handed out by
+    /// `Scheduler::take_kv_cache_events`. Only with prefix caching on.
+    pub enable_kv_cache_events: bool,
     /// Fraction of the pool kept free when admitting (vLLM's watermark).
     pub watermark: f64,
 }
@@ -82,6 +91,8 @@ impl Default for SchedulerConfig {
             num_gpu_blocks: 4096,
             enable_prefix_caching: true,
             prefix_caching_hash_algo: HashAlgo::Sha256,
+            hash_seed: None,
+            enable_kv_cache_events: false,
             watermark: 0.0,
         }
     }

@@ -215,7 +215,14 @@ impl KvCacheManager {
             return;
         }
         let start = table.num_cached;
-        pool.cache_full_blocks(&table.blocks[start..full], &req.block_hashes[start..full]);
+        let b = self.block_size;
+        pool.cache_full_blocks(
+            &table.blocks[start..full],
+            &req.block_hashes[start..full],
+            start.checked_sub(1).map(|p| &req.block_hashes[p]),
+            &req.all_token_ids()[start * b..full * b],
+            b,
+        );
         table.num_cached = full;
     }
 
@@ -256,6 +263,16 @@ impl KvCacheManager {
         &self.stats
     }
 
+    /// Turns KV cache event queueing on or off (`kv_events.rs`).
+    pub fn set_kv_cache_events(&mut self, on: bool) {
+        self.pool.set_kv_cache_events(on);
+    }
+
+    /// The KV cache events queued since the last call, oldest first.
+    pub fn take_events(&mut self) -> Vec<crate::kv_events::KvCacheEvent> {
+        self.pool.take_events()
+    }
+
     /// Drops every cached hash; only possible when no block is in use.
     pub fn reset_prefix_cache(&mut self) -> bool {
         let ok = self.pool.reset_prefix_cache();
@@ -283,7 +300,7 @@ mod tests {
     use crate::sampling_params::SamplingParams;
 
     fn manager(num_blocks: usize, block_size: usize, caching: bool) -> KvCacheManager {
-        let hasher = caching.then(|| BlockHasher::new(HashAlgo::Sha256, block_size));
+        let hasher = caching.then(|| BlockHasher::new(HashAlgo::Sha256, block_size, None));
         KvCacheManager::new(num_blocks, block_size, 4096, 0.0, hasher).unwrap()
     }
 

@@ -10,6 +10,16 @@
 //! scheduler hands out the events queued during a step once, at the end of
 //! `update_from_output` (`Scheduler::take_kv_cache_events`), in the order
 //! they happened.
+//!
+//! Semantics (vLLM's `BlockPool`): `BlockStored` lists every block of one
+//! `cache_full_blocks` call, also a block whose hash was already registered
+//! under the same block, with `parent_block_hash` the hash of the block
+//! before the first one (`None` from a request's first block) and the blocks'
+//! tokens concatenated. `BlockRemoved` carries one hash, when a block popped
+//! for reuse drops a hash the cache map held. A replica's cached set is
+//! therefore "stored minus removed, emptied on `AllBlocksCleared`" as a
+//! multiset: one hash can be stored by two blocks (vLLM does not
+//! de-duplicate) and is gone only after both are removed.
 
 /// vLLM's external block hash: the low 64 bits of the block's hash read as
 /// a big-endian integer (vLLM's default,
@@ -37,4 +47,109 @@ pub enum KvCacheEvent {
         medium: Option<String>,
     },
     AllBlocksCleared,
+}
+
+fn push_u64s(out: &mut String, xs: impl IntoIterator<Item = u64>) {
+    out.push('[');
+    for (i, x) in xs.into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&x.to_string());
+    }
+    out.push(']');
+}
+
+fn push_opt_fields(out: &mut String, lora_id: Option<u64>, medium: Option<&str>) {
+    if let Some(l) = lora_id {
+        out.push_str(&format!(",\"lora_id\":{l}"));
+    }
+    if let Some(m) = medium {
+        out.push_str(",\"medium\":");
+        out.push_str(&serde_json::to_string(m).unwrap_or_default());
+    }
+}
+
+impl KvCacheEvent {
+    /// The event as compact JSON, keys in vLLM's field order and fields that
+    /// are `None` left out (except `parent_block_hash`, written as `null`):
+    /// the format of the golden files in `tests/data/kv-events/`.
+    pub fn to_json(&self) -> String {
+        let mut o = String::with_capacity(64);
+        match self {
+            KvCacheEvent::BlockStored {
+                block_hashes,
+                parent_block_hash,
+                token_ids,
+                block_size,
+                lora_id,
+                medium,
+            } => {
+                o.push_str("{\"type\":\"BlockStored\",\"block_hashes\":");
+                push_u64s(&mut o, block_hashes.iter().copied());
+                o.push_str(",\"parent_block_hash\":");
+                match parent_block_hash {
+                    Some(p) => o.push_str(&p.to_string()),
+                    None => o.push_str("null"),
+                }
+                o.push_str(",\"token_ids\":");
+                push_u64s(&mut o, token_ids.iter().map(|&t| u64::from(t)));
+                o.push_str(&format!(",\"block_size\":{block_size}"));
+                push_opt_fields(&mut o, *lora_id, medium.as_deref());
+            }
+            KvCacheEvent::BlockRemoved {
+                block_hashes,
+                medium,
+            } => {
+                o.push_str("{\"type\":\"BlockRemoved\",\"block_hashes\":");
+                push_u64s(&mut o, block_hashes.iter().copied());
+                push_opt_fields(&mut o, None, medium.as_deref());
+            }
+            KvCacheEvent::AllBlocksCleared => o.push_str("{\"type\":\"AllBlocksCleared\""),
+        }
+        o.push('}');
+        o
+    }
+}
+
+/// One line of a KV events log: the events published after engine step
+/// `step`, as `{"step": N, "events": [...]}` in compact JSON.
+pub fn step_events_json(step: u64, events: &[KvCacheEvent]) -> String {
+    let mut o = format!("{{\"step\":{step},\"events\":[");
+    for (i, e) in events.iter().enumerate() {
+        if i > 0 {
+            o.push(',');
+        }
+        o.push_str(&e.to_json());
+    }
+    o.push_str("]}");
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_is_the_golden_format() {
+        let stored = KvCacheEvent::BlockStored {
+            block_hashes: vec![1, u64::MAX],
+            parent_block_hash: None,
+            token_ids: vec![3, 4],
+            block_size: 1,
+            lora_id: None,
+            medium: None,
+        };
+        let removed = KvCacheEvent::BlockRemoved {
+            block_hashes: vec![7],
+            medium: Some("GPU".into()),
+        };
+        assert_eq!(
+            step_events_json(2, &[stored, removed, KvCacheEvent::AllBlocksCleared]),
+            "{\"step\":2,\"events\":[{\"type\":\"BlockStored\",\"block_hashes\":[1,18446744073709551615],\
+             \"parent_block_hash\":null,\"token_ids\":[3,4],\"block_size\":1},\
+             {\"type\":\"BlockRemoved\",\"block_hashes\":[7],\"medium\":\"GPU\"},\
+             {\"type\":\"AllBlocksCleared\"}]}"
+        );
+    }
 }

@@ -5,7 +5,13 @@
 //! each), `schedule()`, the scripted model (every request whose computed
 //! tokens reach its known tokens samples its next `output` entry),
 //! `update_from_output()`, then the step's record.
+//!
+//! With KV cache events on (`Replayer::with_options`), the events the
+//! scheduler queued during a step are what `take_kv_cache_events` returns
+//! right after it: vLLM publishes them at the end of `update_from_output`,
+//! and aborts before `schedule()` free blocks without evicting any.
 
+use crate::kv_events::KvCacheEvent;
 use crate::output::{ModelRunnerOutput, SchedulerOutput};
 use crate::request::{BlockId, FinishReason, NewRequest, RequestId, RequestStatus};
 use crate::sampling_params::SamplingParams;
@@ -156,6 +162,18 @@ fn sampling_params(r: &TraceRequest) -> SamplingParams {
 
 impl Replayer {
     pub fn new(trace: Trace) -> Result<Self, ReplayError> {
+        Self::with_options(trace, false, None)
+    }
+
+    /// A replay with KV cache events on or off, and the block-hash seed
+    /// (`PYTHONHASHSEED` in vLLM; `None` = unset) the trace cannot carry.
+    pub fn with_options(
+        mut trace: Trace,
+        kv_cache_events: bool,
+        hash_seed: Option<String>,
+    ) -> Result<Self, ReplayError> {
+        trace.config.enable_kv_cache_events = kv_cache_events;
+        trace.config.hash_seed = hash_seed;
         let scheduler =
             Scheduler::new(trace.config.clone()).map_err(|e| ReplayError(format!("config.{e}")))?;
         let mut arrivals: Vec<(u64, usize)> = trace
@@ -189,6 +207,16 @@ impl Replayer {
 
     pub fn scheduler(&self) -> &Scheduler {
         &self.scheduler
+    }
+
+    /// The KV cache events of the last step (empty with events off).
+    pub fn take_kv_cache_events(&mut self) -> Vec<KvCacheEvent> {
+        self.scheduler.take_kv_cache_events()
+    }
+
+    /// The number of the next step to run.
+    pub fn next_step(&self) -> u64 {
+        self.step
     }
 
     /// Whether another step would run (work remains and `max_steps` allows).
@@ -347,4 +375,26 @@ pub fn replay(trace: Trace) -> Result<Vec<StepRecord>, ReplayError> {
         }
     }
     Ok(log)
+}
+
+/// Replays a whole trace with KV cache events on: its decision log and, for
+/// each step that published any, `(step, events)`.
+#[allow(clippy::type_complexity)]
+pub fn replay_with_kv_events(
+    trace: Trace,
+    hash_seed: Option<String>,
+) -> Result<(Vec<StepRecord>, Vec<(u64, Vec<KvCacheEvent>)>), ReplayError> {
+    let mut r = Replayer::with_options(trace, true, hash_seed)?;
+    let (mut log, mut events) = (Vec::new(), Vec::new());
+    while r.has_next() {
+        let step = r.next_step();
+        if let Some(rec) = r.step(true, None)? {
+            log.push(rec);
+        }
+        let ev = r.take_kv_cache_events();
+        if !ev.is_empty() {
+            events.push((step, ev));
+        }
+    }
+    Ok((log, events))
 }

@@ -65,16 +65,21 @@ impl Scheduler {
     /// first to apply vLLM's stricter engine checks.
     pub fn new(config: SchedulerConfig) -> Result<Self, ConfigError> {
         config.validate_basic()?;
-        let hasher = config
-            .enable_prefix_caching
-            .then(|| BlockHasher::new(config.prefix_caching_hash_algo, config.block_size));
-        let kv = KvCacheManager::new(
+        let hasher = config.enable_prefix_caching.then(|| {
+            BlockHasher::new(
+                config.prefix_caching_hash_algo,
+                config.block_size,
+                config.hash_seed.as_deref(),
+            )
+        });
+        let mut kv = KvCacheManager::new(
             config.num_gpu_blocks,
             config.block_size,
             config.max_model_len,
             config.watermark,
             hasher,
         )?;
+        kv.set_kv_cache_events(config.enable_kv_cache_events);
         Ok(Scheduler {
             waiting: RequestQueue::new(config.policy),
             config,
@@ -337,11 +342,13 @@ impl Scheduler {
     }
 
     /// The KV cache events queued since the last call (vLLM's
-    /// `take_events`, collected at the end of `update_from_output`), in the
-    /// order they happened. Empty unless prefix caching is on.
-    // TODO(issue 11): filled by the KV cache manager.
+    /// `take_events`, which vLLM calls at the end of `update_from_output`),
+    /// in the order they happened. Always empty unless
+    /// `SchedulerConfig::enable_kv_cache_events`; with prefix caching off
+    /// the only possible event is `AllBlocksCleared` from a reset, as in
+    /// vLLM.
     pub fn take_kv_cache_events(&mut self) -> Vec<crate::kv_events::KvCacheEvent> {
-        Vec::new()
+        self.kv.take_events()
     }
 
     /// Drops the prefix cache. With `reset_running_requests`, first preempts

@@ -281,6 +281,8 @@ impl Trace {
             reserve_full_sequence: true,
             num_lookahead_tokens: 0,
             prefix_caching_hash_algo: HashAlgo::Sha256,
+            hash_seed: None,
+            enable_kv_cache_events: false,
             watermark: 0.0,
         };
         config

@@ -14,7 +14,7 @@
 //! exported with 0, as vLLM exports them.
 
 use crate::http_metrics::HttpMetrics;
-use sluice_core::{HashAlgo, SchedulerConfig};
+use sluice_core::SchedulerConfig;
 use sluice_engine::{EngineStats, Histogram};
 use std::fmt::Write;
 
@@ -237,10 +237,7 @@ pub fn cache_config_labels(c: &SchedulerConfig) -> Vec<(&'static str, String)> {
     let blocks_per_request = c.max_model_len.div_ceil(block_size).max(1);
     let max_concurrency = c.num_gpu_blocks as f64 / blocks_per_request as f64;
     let size_tokens = (max_concurrency * c.max_model_len as f64).floor();
-    let hash_algo = match c.prefix_caching_hash_algo {
-        HashAlgo::Sha256 => "sha256",
-        HashAlgo::Xxh3_128 => "xxhash",
-    };
+    let hash_algo = c.prefix_caching_hash_algo.as_str();
     let none = || "None".to_string();
     vec![
         ("_block_size_resolved", "True".into()),
