@@ -106,7 +106,7 @@ fn cases() -> Vec<(&'static str, KvEventBatch)> {
         (
             "int_widths",
             KvEventBatch {
-                ts: 1764590000.987654321,
+                ts: 1_764_590_000.987_654_3,
                 events: vec![
                     stored(
                         INTS.to_vec(),
