@@ -64,6 +64,9 @@ pub struct SchedulerConfig {
     pub prefix_caching_hash_algo: HashAlgo,
     /// Fraction of the pool kept free when admitting (vLLM's watermark).
     pub watermark: f64,
+    /// Record KV cache events for `Scheduler::take_kv_cache_events`
+    /// (vLLM's `KVEventsConfig.enable_kv_cache_events`; off by default).
+    pub enable_kv_cache_events: bool,
 }
 
 impl Default for SchedulerConfig {
@@ -83,6 +86,7 @@ impl Default for SchedulerConfig {
             enable_prefix_caching: true,
             prefix_caching_hash_algo: HashAlgo::Sha256,
             watermark: 0.0,
+            enable_kv_cache_events: false,
         }
     }
 }

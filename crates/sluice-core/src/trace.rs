@@ -282,6 +282,8 @@ impl Trace {
             num_lookahead_tokens: 0,
             prefix_caching_hash_algo: HashAlgo::Sha256,
             watermark: 0.0,
+            // Traces replay scheduling decisions; they carry no event stream.
+            enable_kv_cache_events: false,
         };
         config
             .validate_basic()
