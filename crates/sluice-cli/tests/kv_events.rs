@@ -55,6 +55,20 @@ fn serve_starts_the_publisher() {
         "{:?}",
         serve.log
     );
+    // One answered request first: the listening line can come before the
+    // SIGTERM handler is installed (a SIGTERM then kills the process).
+    let url = serve.url.clone();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let health = rt.block_on(async {
+        reqwest::Client::new()
+            .get(format!("{url}/health"))
+            .timeout(std::time::Duration::from_secs(60))
+            .send()
+            .await
+            .expect("request")
+            .status()
+    });
+    assert!(health.is_success(), "{health}");
     let status = serve.terminate_and_wait();
     let rest = serve.rest_of_log();
     assert!(status.success(), "exit status {status:?}, log {rest:?}");
