@@ -173,7 +173,22 @@ impl PreparedEngine {
     /// Starts the engine thread; a configuration the engine refuses is a
     /// `ConfigError` (exit status 2).
     pub fn start(self) -> Result<Engine> {
-        Engine::start(self.config, Box::new(self.executor), self.tokenizer).map_err(|e| {
+        self.start_with_kv_event_sink(None)
+    }
+
+    /// [`PreparedEngine::start`], each step's KV cache events going to
+    /// `sink` when there is one.
+    pub fn start_with_kv_event_sink(
+        self,
+        sink: Option<Box<dyn sluice_engine::KvEventSink>>,
+    ) -> Result<Engine> {
+        let tokenizer = self.tokenizer;
+        let executor = Box::new(self.executor);
+        match sink {
+            None => Engine::start(self.config, executor, tokenizer),
+            Some(sink) => Engine::start_with_kv_event_sink(self.config, executor, tokenizer, sink),
+        }
+        .map_err(|e| {
             let message = flag_error(&e);
             match e {
                 sluice_engine::EngineError::Invalid(_) => bad_config(message),

@@ -5,6 +5,7 @@ use crate::options::{parse_size, prepare_engine, ModelArgs, SchedulerArgs};
 use anyhow::{Context, Result};
 use clap::Args;
 use sluice_engine::RequestLimits;
+use sluice_kv_events::{KvEventBatch, KvEventsConfig, PublisherError, ZmqEventPublisher};
 use sluice_server::access::Cors;
 use sluice_server::conn::Timeouts;
 use sluice_server::{serve, shutdown_signal, ServerConfig, TlsFiles};
@@ -58,6 +59,12 @@ pub struct ServeArgs {
     /// [default: any].
     #[arg(long, value_name = "LIST", value_parser = parse_list)]
     allowed_headers: Option<Vec<String>>,
+    /// Publish KV cache events over ZeroMQ as vLLM does, for prefix-aware
+    /// routers (llm-d): vLLM's KVEventsConfig as JSON, e.g.
+    /// '{"enable_kv_cache_events": true, "endpoint": "tcp://*:5557",
+    /// "replay_endpoint": "tcp://*:5558", "topic": "kv"}'.
+    #[arg(long, value_name = "JSON")]
+    kv_events_config: Option<String>,
     /// Close a kept-alive connection idle this long (seconds; uvicorn's
     /// name and vLLM's value).
     #[arg(long, value_name = "SECS", default_value_t = 5.0, value_parser = parse_secs)]
@@ -138,6 +145,32 @@ fn parse_secs(s: &str) -> Result<f64, String> {
     }
 }
 
+/// Starts vLLM's ZMQ publisher (data parallel rank 0) and the sink that
+/// feeds it from the engine thread. The sink owns the publisher: when the
+/// engine stops, dropping it flushes what is queued and closes the sockets.
+fn kv_event_sink(config: &KvEventsConfig) -> Result<Box<dyn sluice_engine::KvEventSink>> {
+    let publisher = ZmqEventPublisher::start(config, 0).map_err(|e| match e {
+        PublisherError::Config(_) => bad_config(format!("--kv-events-config: {e}")),
+        _ => anyhow::anyhow!("--kv-events-config: cannot start the KV events publisher: {e}"),
+    })?;
+    eprintln!(
+        "sluice: publishing KV cache events on {}{}",
+        publisher.endpoint(),
+        publisher
+            .replay_endpoint()
+            .map(|r| format!(" (replay on {r})"))
+            .unwrap_or_default()
+    );
+    Ok(Box::new(move |ts, events| {
+        // Never blocks: a full queue drops the batch and counts it.
+        publisher.publish(KvEventBatch {
+            ts,
+            events,
+            data_parallel_rank: None,
+        });
+    }))
+}
+
 pub fn run(args: ServeArgs) -> ExitCode {
     match serve_blocking(args) {
         Ok(()) => ExitCode::SUCCESS,
@@ -149,8 +182,18 @@ pub fn run(args: ServeArgs) -> ExitCode {
 }
 
 fn serve_blocking(args: ServeArgs) -> Result<()> {
+    // Checked before the model loads: a typo should not cost a load.
+    let kv_events = args
+        .kv_events_config
+        .as_deref()
+        .map(KvEventsConfig::from_json)
+        .transpose()
+        .map_err(|e| bad_config(format!("--kv-events-config: {e}")))?;
     let mut prepared = prepare_engine(&args.model, &args.scheduler)?;
     let config = &mut prepared.config;
+    if let Some(kv) = &kv_events {
+        config.scheduler.enable_kv_cache_events = kv.enable_kv_cache_events;
+    }
     config.max_waiting_requests = Some(args.max_waiting_requests);
     let kv_tokens = config
         .scheduler
@@ -190,7 +233,11 @@ fn serve_blocking(args: ServeArgs) -> Result<()> {
         allowed_headers: args.allowed_headers.clone().unwrap_or_default(),
     };
     cors.layer().map_err(config_error)?;
-    let engine = prepared.start()?;
+    let sink = match kv_events.filter(KvEventsConfig::publishes) {
+        Some(kv) => Some(kv_event_sink(&kv)?),
+        None => None,
+    };
+    let engine = prepared.start_with_kv_event_sink(sink)?;
     // The HTTP side only parses, validates and forwards: two worker threads
     // are plenty, and the model's kernel threads keep the cores.
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -16,6 +16,7 @@
 use crate::engine::{Command, Engine, EngineConfig, PendingRequest, Shared, ShutdownMode};
 use crate::error::EngineError;
 use crate::executor::Executor;
+use crate::kv_events::{unix_time, KvEventSink};
 use crate::output::CompletionText;
 use crate::request::{Finished, RequestOutput, StopReason};
 use crate::stats::{AdmissionCounters, EngineStats, FinishedRequestStats, StatsCollector};
@@ -109,6 +110,8 @@ pub struct EngineCore {
     pending_grammars: Vec<(u64, PendingGrammar)>,
     /// Reused bitmask buffer (one row per constrained request scheduled).
     grammar_bitmask: Option<GrammarBitmask>,
+    /// Where each step's KV cache events go (`None`: they are discarded).
+    kv_events: Option<Box<dyn KvEventSink>>,
 }
 
 impl EngineCore {
@@ -182,6 +185,7 @@ impl EngineCore {
             stalled: false,
             pending_grammars: Vec::new(),
             grammar_bitmask: None,
+            kv_events: None,
         };
         Ok((core, engine))
     }
@@ -199,6 +203,12 @@ impl EngineCore {
             Some(ShutdownMode::Drain) => !self.has_work(),
             None => self.disconnected,
         }
+    }
+
+    /// Sends each step's KV cache events to `sink` from now on (see
+    /// [`crate::kv_events`]).
+    pub fn set_kv_event_sink(&mut self, sink: Box<dyn KvEventSink>) {
+        self.kv_events = Some(sink);
     }
 
     pub fn scheduler(&self) -> &Scheduler {
@@ -513,6 +523,13 @@ impl EngineCore {
         };
         self.stats.record_step();
         let outputs = self.scheduler.update_from_output(&sched_out, &runner_out);
+        // Taken even without a sink, so they never pile up in the scheduler.
+        let events = self.scheduler.take_kv_cache_events();
+        if !events.is_empty() {
+            if let Some(sink) = self.kv_events.as_mut() {
+                sink.publish(unix_time(), events);
+            }
+        }
         // The bitmask buffer is kept for the next step.
         self.grammar_bitmask = sched_out.grammar_bitmask.take();
         self.collect_prompt_logprobs(&runner_out);

@@ -10,6 +10,7 @@
 use crate::core::EngineCore;
 use crate::error::EngineError;
 use crate::executor::Executor;
+use crate::kv_events::KvEventSink;
 use crate::limits::{check_token_ids, queued_tokens, RequestLimits};
 use crate::request::{GenerateRequest, RequestOutput};
 use crate::stats::{AdmissionCounters, EngineStats};
@@ -232,7 +233,31 @@ impl Engine {
         executor: Box<dyn Executor>,
         tokenizer: Arc<Tokenizer>,
     ) -> Result<Engine, EngineError> {
-        let (core, engine) = EngineCore::new(config, executor, tokenizer)?;
+        Self::start_with(config, executor, tokenizer, None)
+    }
+
+    /// [`Engine::start`], with each step's KV cache events sent to `sink`
+    /// (see [`crate::kv_events`]; the scheduler records them only with
+    /// `SchedulerConfig::enable_kv_cache_events`).
+    pub fn start_with_kv_event_sink(
+        config: EngineConfig,
+        executor: Box<dyn Executor>,
+        tokenizer: Arc<Tokenizer>,
+        sink: Box<dyn KvEventSink>,
+    ) -> Result<Engine, EngineError> {
+        Self::start_with(config, executor, tokenizer, Some(sink))
+    }
+
+    fn start_with(
+        config: EngineConfig,
+        executor: Box<dyn Executor>,
+        tokenizer: Arc<Tokenizer>,
+        sink: Option<Box<dyn KvEventSink>>,
+    ) -> Result<Engine, EngineError> {
+        let (mut core, engine) = EngineCore::new(config, executor, tokenizer)?;
+        if let Some(sink) = sink {
+            core.set_kv_event_sink(sink);
+        }
         let shared = engine.inner.shared.clone();
         let thread = std::thread::Builder::new()
             .name("sluice-engine".into())

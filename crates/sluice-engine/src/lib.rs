@@ -38,6 +38,7 @@ pub mod detokenizer;
 pub mod engine;
 pub mod error;
 pub mod executor;
+pub mod kv_events;
 pub mod limits;
 pub mod output;
 pub mod request;
@@ -49,6 +50,7 @@ pub use crate::core::EngineCore;
 pub use engine::{Engine, EngineConfig, ShutdownMode};
 pub use error::EngineError;
 pub use executor::{Executor, ScriptedExecutor, SeqView};
+pub use kv_events::KvEventSink;
 pub use limits::RequestLimits;
 pub use request::{Finished, GenerateRequest, RequestOutput, StopReason, Usage};
 pub use sluice_core::{
