@@ -73,9 +73,6 @@ pub struct SchedulerConfig {
     pub enable_kv_cache_events: bool,
     /// Fraction of the pool kept free when admitting (vLLM's watermark).
     pub watermark: f64,
-    /// Record KV cache events for `Scheduler::take_kv_cache_events`
-    /// (vLLM's `KVEventsConfig.enable_kv_cache_events`; off by default).
-    pub enable_kv_cache_events: bool,
 }
 
 impl Default for SchedulerConfig {
@@ -97,7 +94,6 @@ impl Default for SchedulerConfig {
             hash_seed: None,
             enable_kv_cache_events: false,
             watermark: 0.0,
-            enable_kv_cache_events: false,
         }
     }
 }

@@ -284,8 +284,6 @@ impl Trace {
             hash_seed: None,
             enable_kv_cache_events: false,
             watermark: 0.0,
-            // Traces replay scheduling decisions; they carry no event stream.
-            enable_kv_cache_events: false,
         };
         config
             .validate_basic()

@@ -31,10 +31,7 @@ fn no_events_no_batches() {
     assert!(batches.lock().unwrap().is_empty());
 }
 
-// Ignored until `Scheduler::take_kv_cache_events` is filled in (issue 11's
-// KV cache manager side): the stub yields no events.
 #[tokio::test]
-#[ignore = "Scheduler::take_kv_cache_events is still a stub"]
 async fn each_steps_events_reach_the_sink_with_a_unix_timestamp() {
     let batches = Batches::default();
     let sc = sluice_engine::SchedulerConfig {
