@@ -390,6 +390,15 @@ impl Engine {
         ))
     }
 
+    /// The checks `generate` makes of a request (prompt length, token ids,
+    /// sampling values, limits), without submitting it: for a caller that
+    /// answers what the engine would run (the render endpoints), so that
+    /// it refuses exactly what `generate` refuses. Admission (queue
+    /// limits) is not checked: nothing is queued.
+    pub fn validate(&self, request: &GenerateRequest) -> Result<(), EngineError> {
+        validate(&self.inner.shared, request).map(drop)
+    }
+
     /// Aborts a live request by its id: each unfinished completion gets a
     /// final output with reason `abort`, its blocks are freed at once.
     /// Unknown ids are ignored.
