@@ -120,6 +120,13 @@ pub struct ServeArgs {
     /// aborted; every connection is closed soon after.
     #[arg(long, value_name = "SECS", default_value_t = 30)]
     shutdown_grace_secs: u64,
+
+    /// Serve vLLM's development endpoints (`POST /reset_prefix_cache`).
+    /// Off by default, as in vLLM, which mounts them only with
+    /// VLLM_SERVER_DEV_MODE=1; that variable turns them on here too, so a
+    /// vLLM deployment's environment carries over.
+    #[arg(long, env = "VLLM_SERVER_DEV_MODE")]
+    enable_dev_endpoints: bool,
 }
 
 /// A JSON list of strings (`'["a", "b"]'`, as vLLM takes these flags) or a
@@ -273,6 +280,7 @@ fn serve_blocking(args: ServeArgs) -> Result<()> {
         let secs = Duration::from_secs_f64;
         let mut config = ServerConfig::new(local, model_name, max_model_len);
         config.shutdown_grace = Duration::from_secs(args.shutdown_grace_secs);
+        config.dev_endpoints = args.enable_dev_endpoints;
         config.timeouts = Timeouts {
             keep_alive: secs(args.timeout_keep_alive),
             header_read: secs(args.timeout_header_read),

@@ -291,6 +291,14 @@ impl EngineCore {
                     self.fail_all(FinishReason::Abort, None);
                 }
             }
+            Command::ResetPrefixCache {
+                reset_running_requests,
+                reply,
+            } => {
+                let ok = self.scheduler.reset_prefix_cache(reset_running_requests);
+                // The caller may have given up waiting; nothing to undo.
+                let _ = reply.send(ok);
+            }
         }
     }
 

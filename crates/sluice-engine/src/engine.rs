@@ -91,6 +91,12 @@ pub(crate) enum Command {
     /// From `Engine::abort`: by the caller's id.
     AbortId(String),
     Shutdown(ShutdownMode),
+    /// From `Engine::reset_prefix_cache`: the scheduler's answer goes back
+    /// on the channel (`true`: the cache was emptied).
+    ResetPrefixCache {
+        reset_running_requests: bool,
+        reply: tokio::sync::oneshot::Sender<bool>,
+    },
 }
 
 /// A validated request on its way to the engine thread.
@@ -409,6 +415,15 @@ impl Engine {
         ))
     }
 
+    /// The checks `generate` makes of a request (prompt length, token ids,
+    /// sampling values, limits), without submitting it: for a caller that
+    /// answers what the engine would run (the render endpoints), so that
+    /// it refuses exactly what `generate` refuses. Admission (queue
+    /// limits) is not checked: nothing is queued.
+    pub fn validate(&self, request: &GenerateRequest) -> Result<(), EngineError> {
+        validate(&self.inner.shared, request).map(drop)
+    }
+
     /// Aborts a live request by its id: each unfinished completion gets a
     /// final output with reason `abort`, its blocks are freed at once.
     /// Unknown ids are ignored.
@@ -417,6 +432,30 @@ impl Engine {
             .inner
             .commands
             .send(Command::AbortId(request_id.to_string()));
+    }
+
+    /// Empties the prefix cache (vLLM's `POST /reset_prefix_cache`): every
+    /// cached block that no request holds is forgotten, so later prompts
+    /// are computed again. Runs on the engine thread between two steps.
+    /// With `reset_running_requests`, the running requests are preempted
+    /// first (they resume later by recomputing), so that their blocks can
+    /// go too. Resolves to `false` when blocks are still held (vLLM's
+    /// `success: false`; the caller may retry), `Err(Dead)` when the
+    /// engine thread is gone.
+    pub async fn reset_prefix_cache(
+        &self,
+        reset_running_requests: bool,
+    ) -> Result<bool, EngineError> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        self.inner
+            .commands
+            .send(Command::ResetPrefixCache {
+                reset_running_requests,
+                reply,
+            })
+            .map_err(|_| EngineError::Dead)?;
+        // A dropped reply: the thread ended before handling the command.
+        answer.await.map_err(|_| EngineError::Dead)
     }
 
     /// A snapshot of the engine's statistics (as of its last step).

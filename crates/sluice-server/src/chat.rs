@@ -1,5 +1,6 @@
 //! `POST /v1/chat/completions`: messages rendered with the model's chat
-//! template, then generated like a completion.
+//! template, then generated like a completion. `prepare` is the rendering
+//! and validation it shares with `POST /v1/chat/completions/render`.
 
 use crate::error::ApiError;
 use crate::logprobs;
@@ -150,13 +151,30 @@ fn template_values(
     tools::messages::prepare(&values)
 }
 
-pub async fn chat_completions(
-    State(state): State<AppState>,
-    body: Bytes,
-) -> Result<Response, ApiError> {
-    let mut req: ChatCompletionRequest = crate::json::parse(&body)?;
-    req.sampling = crate::json::parse(&body)?;
-    let raw: Map<String, Value> = crate::json::parse(&body)?;
+/// A chat request checked and rendered (messages + tools → the chat
+/// template → ids), ready to run: what `POST /v1/chat/completions` submits
+/// and `POST /v1/chat/completions/render` answers with. One function makes
+/// it for both, so that render shows the ids generation runs with and
+/// refuses what generation refuses.
+pub(crate) struct Prepared {
+    /// The body as JSON (render reads `tools`, `tool_choice` from it).
+    pub raw: Map<String, Value>,
+    pub req: ChatCompletionRequest,
+    pub prompt: Vec<u32>,
+    pub params: sluice_engine::SamplingParams,
+    pub priority: i64,
+    pub structured: Option<crate::structured::Requested>,
+    mode: ToolMode,
+    tool_config: ToolConfig,
+    want_logprobs: bool,
+    top_n: usize,
+}
+
+/// Parses and validates a chat body and renders its prompt.
+pub(crate) async fn prepare(state: &AppState, body: &Bytes) -> Result<Prepared, ApiError> {
+    let mut req: ChatCompletionRequest = crate::json::parse(body)?;
+    req.sampling = crate::json::parse(body)?;
+    let raw: Map<String, Value> = crate::json::parse(body)?;
     state.check_model(req.model.as_deref())?;
     let tool_config = ToolConfig::from_request(&raw)?;
     let Some(messages) = req.messages.as_ref() else {
@@ -241,10 +259,42 @@ pub async fn chat_completions(
         state.inner.max_model_len,
     )?;
     let top_n = usize::try_from(top_n).unwrap_or(0);
-    check_sequences(&state, 1, sp.n)?;
+    check_sequences(state, 1, sp.n)?;
     if let Some(r) = &structured {
         crate::structured::check(state.engine(), r).await?;
     }
+    let priority = req.sampling.priority.unwrap_or(0);
+    Ok(Prepared {
+        raw,
+        req,
+        prompt,
+        params: sp,
+        priority,
+        structured,
+        mode,
+        tool_config,
+        want_logprobs,
+        top_n,
+    })
+}
+
+pub async fn chat_completions(
+    State(state): State<AppState>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let Prepared {
+        req,
+        prompt,
+        params: sp,
+        priority,
+        structured,
+        mode,
+        tool_config,
+        want_logprobs,
+        top_n,
+        ..
+    } = prepare(&state, &body).await?;
+    let tok = state.engine().tokenizer().clone();
     let id = state.new_id("chatcmpl");
     let n = sp.n;
     let events = submit(
@@ -252,7 +302,7 @@ pub async fn chat_completions(
         &id,
         vec![prompt],
         &sp,
-        req.sampling.priority.unwrap_or(0),
+        priority,
         structured.as_ref().map(|r| &r.constraint),
     )?;
     if req.sampling.stream() {

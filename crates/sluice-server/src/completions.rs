@@ -1,4 +1,5 @@
-//! `POST /v1/completions`.
+//! `POST /v1/completions`, and the request preparation it shares with
+//! `POST /v1/completions/render` (`prepare`).
 
 use crate::error::ApiError;
 use crate::logprobs;
@@ -36,9 +37,24 @@ fn prompts(state: &AppState, input: PromptInput) -> Result<Vec<Vec<u32>>, ApiErr
     Ok(list)
 }
 
-pub async fn completions(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
-    let mut req: CompletionRequest = crate::json::parse(&body)?;
-    req.sampling = crate::json::parse(&body)?;
+/// A completion request checked and tokenised, ready to run: what
+/// `POST /v1/completions` submits and `POST /v1/completions/render`
+/// answers with. One function makes it for both, so that render shows the
+/// ids generation runs with and refuses what generation refuses.
+pub struct Prepared {
+    pub req: CompletionRequest,
+    /// One id list per prompt, as the engine gets them.
+    pub prompts: Vec<Vec<u32>>,
+    pub params: sluice_engine::SamplingParams,
+    pub priority: i64,
+    pub structured: Option<crate::structured::Requested>,
+    pub echo: bool,
+}
+
+/// Parses and validates a completions body and tokenises its prompts.
+pub async fn prepare(state: &AppState, body: &Bytes) -> Result<Prepared, ApiError> {
+    let mut req: CompletionRequest = crate::json::parse(body)?;
+    req.sampling = crate::json::parse(body)?;
     state.check_model(req.model.as_deref())?;
     if req.suffix.is_some() {
         return Err(ApiError::invalid("suffix", "suffix is not supported"));
@@ -53,7 +69,7 @@ pub async fn completions(State(state): State<AppState>, body: Bytes) -> Result<R
     let Some(input) = req.prompt.clone() else {
         return Err(ApiError::invalid("prompt", "prompt is required"));
     };
-    let prompts = prompts(&state, input)?;
+    let prompts = prompts(state, input)?;
     let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
     let shortest = prompts.iter().map(Vec::len).min().unwrap_or(0);
     let fields = TokenFields {
@@ -71,12 +87,32 @@ pub async fn completions(State(state): State<AppState>, body: Bytes) -> Result<R
     if prompts.iter().any(Vec::is_empty) {
         return Err(ApiError::invalid("prompt", "the prompt is empty"));
     }
-    check_sequences(&state, prompts.len(), sp.n)?;
-    let body_map: serde_json::Map<String, serde_json::Value> = crate::json::parse(&body)?;
+    check_sequences(state, prompts.len(), sp.n)?;
+    let body_map: serde_json::Map<String, serde_json::Value> = crate::json::parse(body)?;
     let structured = crate::structured::from_body(&body_map)?;
     if let Some(r) = &structured {
         crate::structured::check(state.engine(), r).await?;
     }
+    let priority = req.sampling.priority.unwrap_or(0);
+    Ok(Prepared {
+        req,
+        prompts,
+        params: sp,
+        priority,
+        structured,
+        echo,
+    })
+}
+
+pub async fn completions(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    let Prepared {
+        req,
+        prompts,
+        params: sp,
+        priority,
+        structured,
+        echo,
+    } = prepare(&state, &body).await?;
     let id = state.new_id("cmpl");
     let n = sp.n;
     let echo_text: Vec<String> = if echo {
@@ -93,7 +129,7 @@ pub async fn completions(State(state): State<AppState>, body: Bytes) -> Result<R
         &id,
         prompts,
         &sp,
-        req.sampling.priority.unwrap_or(0),
+        priority,
         structured.as_ref().map(|r| &r.constraint),
     )?;
     if req.sampling.stream() {

@@ -7,7 +7,9 @@
 //!
 //! Routes: `POST /v1/completions`, `POST /v1/chat/completions`,
 //! `GET /v1/models`, `GET /health`, `GET /ready`, `GET /version`,
-//! `POST /tokenize`, `POST /detokenize`, `GET /metrics`.
+//! `POST /tokenize`, `POST /detokenize`, `GET /metrics`,
+//! `POST /v1/completions/render`, `POST /v1/chat/completions/render`, and
+//! `POST /reset_prefix_cache` with `ServerConfig::dev_endpoints`.
 //!
 //! Layers, outermost first: CORS (`access.rs`, off unless configured), the
 //! API key check (`access.rs`), the HTTP metrics (`http_metrics.rs`), the
@@ -29,6 +31,7 @@ pub mod metrics;
 pub mod misc;
 pub mod params;
 pub mod protocol;
+pub mod render;
 pub mod sse;
 pub mod state;
 pub mod structured;
@@ -76,6 +79,10 @@ pub struct ServerConfig {
     /// `tool_choice: "auto"` output is parsed for tool calls (`None`: auto
     /// tool choice is refused, as vLLM does without those flags).
     pub auto_tool_parser: Option<tools::ToolParserKind>,
+    /// Serve vLLM's development endpoints (`POST /reset_prefix_cache`),
+    /// which vLLM mounts only with `VLLM_SERVER_DEV_MODE=1`: they let any
+    /// client that reaches the server change its state.
+    pub dev_endpoints: bool,
 }
 
 impl ServerConfig {
@@ -93,6 +100,7 @@ impl ServerConfig {
             tls: None,
             max_sequences_per_request: DEFAULT_MAX_SEQUENCES_PER_REQUEST,
             auto_tool_parser: None,
+            dev_endpoints: false,
         }
     }
 }
@@ -112,9 +120,19 @@ pub fn router(state: AppState, config: &ServerConfig) -> anyhow::Result<Router> 
         max_bytes: config.max_request_body_bytes,
         timeout: config.timeouts.body_read,
     };
-    let app = Router::new()
+    let mut app = Router::new();
+    if config.dev_endpoints {
+        // Not mounted otherwise: a 404, as vLLM without dev mode.
+        app = app.route("/reset_prefix_cache", post(misc::reset_prefix_cache));
+    }
+    let app = app
         .route("/v1/completions", post(completions::completions))
         .route("/v1/chat/completions", post(chat::chat_completions))
+        .route("/v1/completions/render", post(render::render_completion))
+        .route(
+            "/v1/chat/completions/render",
+            post(render::render_chat_completion),
+        )
         .route("/v1/models", get(misc::models))
         .route("/health", get(misc::health))
         .route("/ready", get(misc::ready))

@@ -291,6 +291,35 @@ pub fn cache_config_labels(c: &SchedulerConfig) -> Vec<(&'static str, String)> {
     ]
 }
 
+/// `vllm:lora_requests_info` as vLLM renders it with LoRA enabled and no
+/// adapter in use: only its three labels (no `engine`, no `model_name`),
+/// the adapter lists empty, the value the time of the last update
+/// (`set_to_current_time`; vLLM updates it every step, so "now" is what a
+/// scrape of a busy vLLM reads). Routers (the Inference Extension's
+/// endpoint picker, llm-d's scheduler) read their LoRA affinity from it
+/// and log an error per scrape where it is missing.
+///
+/// `max_lora` is 0, not vLLM's default 1: sluice serves no adapters, and a
+/// router that counts free adapter slots must not send a LoRA request
+/// here.
+pub fn lora_requests_info(w: &mut Exposition) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    w.gauge(
+        "vllm:lora_requests_info",
+        "Running stats on lora requests.",
+        &[(
+            &[
+                ("max_lora", "0"),
+                ("running_lora_adapters", ""),
+                ("waiting_lora_adapters", ""),
+            ],
+            now,
+        )],
+    );
+}
+
 /// Renders the whole exposition: process, engine (for `model_name`, with
 /// the scheduler configuration `config`) and, when given, HTTP families.
 pub fn render(
@@ -578,6 +607,8 @@ pub fn render_engine(w: &mut Exposition, s: &EngineStats, c: &SchedulerConfig, m
         w.histogram(name, help, &[(l, h, t0)]);
     }
 
+    lora_requests_info(w);
+
     let info = cache_config_labels(c);
     let info: Vec<(&str, &str)> = info.iter().map(|(k, v)| (*k, v.as_str())).collect();
     w.gauge(
@@ -820,6 +851,29 @@ mod tests {
         assert_eq!(get("kv_cache_size_tokens"), Some("8192"));
         assert_eq!(get("kv_cache_dtype_skip_layers"), Some("[]"));
         assert_eq!(get("engine"), Some("0"));
+    }
+
+    #[test]
+    fn lora_requests_info_is_vllms_with_no_adapters() {
+        let mut w = Exposition::new();
+        lora_requests_info(&mut w);
+        let text = w.finish();
+        let mut lines = text.lines();
+        assert_eq!(
+            lines.next(),
+            Some("# HELP vllm:lora_requests_info Running stats on lora requests.")
+        );
+        assert_eq!(lines.next(), Some("# TYPE vllm:lora_requests_info gauge"));
+        let sample = lines.next().unwrap_or_default();
+        let value = sample
+            .strip_prefix(
+                "vllm:lora_requests_info{max_lora=\"0\",running_lora_adapters=\"\",waiting_lora_adapters=\"\"} ",
+            )
+            .unwrap_or_else(|| panic!("{sample}"));
+        // A unix timestamp, as set_to_current_time writes it.
+        let t: f64 = value.parse().unwrap();
+        assert!(t > 1.7e9, "{t}");
+        assert_eq!(lines.next(), None);
     }
 
     #[test]

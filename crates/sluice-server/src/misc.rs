@@ -1,5 +1,5 @@
 //! The small endpoints: models, health, readiness, version, tokenize,
-//! detokenize, metrics.
+//! detokenize, metrics, and the dev endpoint `reset_prefix_cache`.
 
 use crate::error::ApiError;
 use crate::http_metrics::HttpMetrics;
@@ -131,4 +131,47 @@ pub async fn metrics(
         text,
     )
         .into_response()
+}
+
+/// `POST /reset_prefix_cache` (vLLM's dev endpoint):
+/// `?reset_running_requests=true` preempts the running requests first;
+/// `?reset_external=true` is accepted and has nothing to reset (sluice has
+/// no KV connector). Answers `{"success": bool}`, `false` while blocks are
+/// still held (the caller may retry), as vLLM.
+pub async fn reset_prefix_cache(
+    State(state): State<AppState>,
+    query: axum::extract::RawQuery,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let mut reset_running_requests = false;
+    for pair in query.0.as_deref().unwrap_or("").split('&') {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match key {
+            "reset_running_requests" => {
+                reset_running_requests = parse_query_bool("reset_running_requests", value)?;
+            }
+            "reset_external" => {
+                parse_query_bool("reset_external", value)?;
+            }
+            // FastAPI ignores query parameters it does not declare.
+            _ => {}
+        }
+    }
+    let success = state
+        .engine()
+        .reset_prefix_cache(reset_running_requests)
+        .await
+        .map_err(crate::submit::engine_error)?;
+    Ok(Json(serde_json::json!({ "success": success })))
+}
+
+/// A query boolean as FastAPI (pydantic) reads one; else a 400 naming it.
+fn parse_query_bool(key: &'static str, value: &str) -> Result<bool, ApiError> {
+    match value.to_ascii_lowercase().as_str() {
+        "1" | "true" | "t" | "yes" | "y" | "on" => Ok(true),
+        "0" | "false" | "f" | "no" | "n" | "off" => Ok(false),
+        _ => Err(ApiError::invalid(
+            key,
+            format!("{key} must be a boolean, got {value:?}"),
+        )),
+    }
 }

@@ -48,6 +48,34 @@ pub enum Event {
     Done { prompt: usize, usage: Usage },
 }
 
+/// The engine requests `submit` makes of the prompts: one per prompt,
+/// with the id `id` (one prompt) or `id-p` (vLLM's naming). The render
+/// endpoints answer with these, so what they show is what would run.
+pub fn engine_requests(
+    id: &str,
+    prompts: Vec<Vec<u32>>,
+    params: &SamplingParams,
+    priority: i64,
+    constraint: Option<&Constraint>,
+) -> Vec<GenerateRequest> {
+    let many = prompts.len() > 1;
+    prompts
+        .into_iter()
+        .enumerate()
+        .map(|(p, prompt)| {
+            let mut req = GenerateRequest::new(prompt, params.clone());
+            req.priority = priority;
+            req.structured = constraint.cloned();
+            req.request_id = Some(if many {
+                format!("{id}-{p}")
+            } else {
+                id.to_string()
+            });
+            req
+        })
+        .collect()
+}
+
 /// Submits every prompt with the same parameters; fails (and aborts the ones
 /// already submitted) if any is refused.
 pub fn submit(
@@ -58,17 +86,9 @@ pub fn submit(
     priority: i64,
     constraint: Option<&Constraint>,
 ) -> Result<BoxStream<'static, Event>, ApiError> {
-    let mut streams = Vec::with_capacity(prompts.len());
-    let many = prompts.len() > 1;
-    for (p, prompt) in prompts.into_iter().enumerate() {
-        let mut req = GenerateRequest::new(prompt, params.clone());
-        req.priority = priority;
-        req.structured = constraint.cloned();
-        req.request_id = Some(if many {
-            format!("{id}-{p}")
-        } else {
-            id.to_string()
-        });
+    let requests = engine_requests(id, prompts, params, priority, constraint);
+    let mut streams = Vec::with_capacity(requests.len());
+    for (p, req) in requests.into_iter().enumerate() {
         let s = engine.generate(req).map_err(engine_error)?;
         let events = stream::unfold(Some(s), move |state| async move {
             let mut s = state?;

@@ -710,7 +710,10 @@ fn check_families(e: &Exposition) {
     }
     // `engine="0"` wherever vLLM has it.
     for (name, f) in &e.families {
-        if name.starts_with("vllm:") && !name.starts_with("vllm:admission_rejections") {
+        // vLLM gives these two no `engine` label.
+        let engineless =
+            name.starts_with("vllm:admission_rejections") || name == "vllm:lora_requests_info";
+        if name.starts_with("vllm:") && !engineless {
             for s in &f.samples {
                 assert_eq!(
                     s.labels.get("engine").map(String::as_str),
@@ -815,5 +818,39 @@ async fn unauthorized_requests_are_not_counted() {
     assert_eq!(f.samples.len(), 1, "{:?}", f.samples);
     assert_eq!(f.samples[0].labels["status"], "2xx");
     assert_eq!(f.samples[0].value, 1.0);
+    s.shutdown().await;
+}
+
+/// What routers filter pods on: `vllm:cache_config_info`'s `block_size`
+/// and `num_gpu_blocks` (llm-d's KV-cache scorer sizes its index from
+/// them) with the engine's real values, and `vllm:lora_requests_info`
+/// with no adapter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_info_families_routers_read_are_there() {
+    let s = start(|_| {}).await;
+    let e = parse(&s.metrics_text().await);
+    let cache = e.family("vllm:cache_config_info");
+    assert_eq!(cache.samples.len(), 1);
+    let labels = &cache.samples[0].labels;
+    let block_size = s.engine.config().scheduler.block_size;
+    assert_eq!(labels["block_size"], block_size.to_string());
+    assert_eq!(labels["num_gpu_blocks"], NUM_BLOCKS.to_string());
+    assert_eq!(labels["enable_prefix_caching"], "True");
+    assert_eq!(cache.samples[0].value, 1.0);
+
+    let lora = e.family("vllm:lora_requests_info");
+    assert_eq!(lora.kind, "gauge");
+    assert_eq!(lora.samples.len(), 1);
+    let l = &lora.samples[0].labels;
+    assert_eq!(l.len(), 3, "{l:?}");
+    assert_eq!(l["max_lora"], "0");
+    assert_eq!(l["running_lora_adapters"], "");
+    assert_eq!(l["waiting_lora_adapters"], "");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let t = lora.samples[0].value;
+    assert!((now - 60.0..=now + 1.0).contains(&t), "a timestamp: {t}");
     s.shutdown().await;
 }

@@ -7,7 +7,7 @@ use sluice_engine::{
     Engine, EngineConfig, RequestLimits, SchedulerConfig, ScriptedExecutor, SeqView, Tokenizer,
 };
 use sluice_server::{serve, ServerConfig};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub const TEXT: &str = "The quick brown fox jumps over the lazy dog. ";
@@ -20,6 +20,8 @@ pub struct Options {
     pub step_delay: Duration,
     pub limits: RequestLimits,
     pub max_num_seqs: usize,
+    /// The KV cache pool, in blocks of 16 tokens.
+    pub num_blocks: usize,
     /// The model writes this once, then EOS, instead of `TEXT` forever.
     pub text: Option<String>,
     /// Adjusts the server configuration (keys, timeouts, TLS, ...).
@@ -34,6 +36,7 @@ impl Default for Options {
             step_delay: Duration::ZERO,
             limits: RequestLimits::default(),
             max_num_seqs: 16,
+            num_blocks: 512,
             text: None,
             configure: Box::new(|_| {}),
         }
@@ -43,6 +46,9 @@ impl Default for Options {
 pub struct TestServer {
     pub addr: std::net::SocketAddr,
     pub engine: Engine,
+    /// Every prompt the model was run on (its first step), in order: what
+    /// the engine really got.
+    pub prompts: Arc<Mutex<Vec<Vec<u32>>>>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<anyhow::Result<()>>,
 }
@@ -65,9 +71,16 @@ impl TestServer {
     pub async fn start_with(opts: Options) -> TestServer {
         let step_delay = opts.step_delay;
         let text = opts.text;
+        let prompts = Arc::new(Mutex::new(Vec::new()));
+        let seen = prompts.clone();
         let script = move |s: &SeqView<'_>| {
             if !step_delay.is_zero() {
                 std::thread::sleep(step_delay);
+            }
+            if s.output.is_empty() {
+                if let Ok(mut seen) = seen.lock() {
+                    seen.push(s.prompt.to_vec());
+                }
             }
             match &text {
                 Some(t) => match t.as_bytes().get(s.output.len()) {
@@ -87,7 +100,7 @@ impl TestServer {
         let mut cfg = EngineConfig::new(sched).with_model_eos(&tokenizer, &[256]);
         cfg.max_waiting_requests = opts.max_waiting;
         cfg.limits = opts.limits;
-        let executor = ScriptedExecutor::new(512, script).with_vocab_size(384);
+        let executor = ScriptedExecutor::new(opts.num_blocks, script).with_vocab_size(384);
         let engine = Engine::start(cfg, Box::new(executor), tokenizer).expect("engine starts");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
@@ -103,6 +116,7 @@ impl TestServer {
         TestServer {
             addr,
             engine,
+            prompts,
             stop: Some(tx),
             task,
         }
