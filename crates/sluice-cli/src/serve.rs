@@ -254,6 +254,9 @@ fn serve_blocking(args: ServeArgs) -> Result<()> {
         .context("cannot start the async runtime")?;
     runtime.block_on(async move {
         let addr = SocketAddr::new(args.host, args.port);
+        // Signal handlers first: a SIGTERM any time after the listening
+        // line below drains the server instead of killing it.
+        let stop = shutdown_signal();
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .with_context(|| format!("--host/--port: cannot listen on {addr}"))?;
@@ -312,7 +315,7 @@ fn serve_blocking(args: ServeArgs) -> Result<()> {
         config.tls = tls;
         let grace = args.shutdown_grace_secs;
         let result = serve(engine, config, listener, async move {
-            shutdown_signal().await;
+            stop.await;
             eprintln!(
                 "sluice: shutting down (requests in flight get {grace} s, then every connection \
                  closes)"

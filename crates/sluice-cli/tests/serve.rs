@@ -122,3 +122,14 @@ fn api_key_from_vllm_api_key_and_the_exposure_warning() {
     );
     assert!(open.terminate_and_wait().success());
 }
+
+/// A SIGTERM right after the listening line (a supervisor stopping a
+/// replica at once) drains and exits 0: the handlers are installed before
+/// the line is printed, not when the server first polls them.
+#[test]
+fn sigterm_right_after_the_listening_line_drains() {
+    for _ in 0..5 {
+        let mut serve = spawn_serve(&[], &[]);
+        assert!(serve.terminate_and_wait().success());
+    }
+}
