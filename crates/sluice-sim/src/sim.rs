@@ -12,7 +12,11 @@
 //!
 //! Promise: the steps (and the requests admitted at each) equal those of a
 //! replay of the trace that admits each request at the step the simulator
-//! did (`SimResult::to_trace`), decision for decision.
+//! did (`SimResult::to_trace`), decision for decision, under the FCFS
+//! policy. (Under the priority policy, requests arriving at the same
+//! instant tie on arrival time and fall back to id order, where a replay's
+//! synthetic arrival times keep listed order; every simulated request has
+//! priority 0 for now.)
 
 use crate::step::{StepShape, StepTimeModel};
 use sluice_core::request::{NewRequest, RequestId};
@@ -66,6 +70,10 @@ pub struct StepLog {
     /// (request, tokens) in scheduled order; filled only with
     /// `Simulator::record_schedule`, since it costs an id clone per row.
     pub scheduled: Vec<(RequestId, usize)>,
+    /// Preempted ids, with `record_schedule` only.
+    pub preempted: Vec<RequestId>,
+    /// Free KV blocks after `update_from_output()` (what replay logs).
+    pub free_blocks: usize,
 }
 
 /// A finished simulation.
@@ -258,6 +266,12 @@ impl<M: StepTimeModel> Simulator<M> {
                 } else {
                     Vec::new()
                 },
+                preempted: if self.record_schedule {
+                    out.preempted_req_ids.clone()
+                } else {
+                    Vec::new()
+                },
+                free_blocks: 0,
             });
             now += dt;
             for o in scheduler.update_from_output(&out, &mro) {
@@ -270,6 +284,9 @@ impl<M: StepTimeModel> Simulator<M> {
                     t.finish_s = Some(now);
                     result.end_s = now;
                 }
+            }
+            if let Some(last) = result.steps.last_mut() {
+                last.free_blocks = scheduler.kv_cache_manager().num_free_blocks();
             }
             let stats = scheduler.make_stats();
             result.prefix_cache_queries += stats.prefix_cache_stats.queries;

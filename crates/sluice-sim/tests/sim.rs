@@ -156,8 +156,8 @@ fn h200_is_faster_than_a100() {
 }
 
 /// Runs the workload in the simulator and replays the trace of the run:
-/// every step must schedule the same (request, tokens) in the same order
-/// and preempt the same requests.
+/// every step must schedule the same (request, tokens) in the same order,
+/// preempt the same requests and leave the same number of free blocks.
 fn assert_decisions_equal_replay(config: SchedulerConfig, w: RandomWorkload) -> SimResult {
     let reqs = w.generate().unwrap();
     let sim = Simulator::new(config, roofline_7b_h100()).record_schedule(true);
@@ -166,7 +166,8 @@ fn assert_decisions_equal_replay(config: SchedulerConfig, w: RandomWorkload) -> 
     assert_eq!(log.len(), res.steps.len(), "step counts differ");
     for (i, (rec, st)) in log.iter().zip(&res.steps).enumerate() {
         assert_eq!(rec.scheduled, st.scheduled, "step {i}");
-        assert_eq!(rec.preempted.len(), st.num_preempted, "step {i}");
+        assert_eq!(rec.preempted, st.preempted, "step {i}");
+        assert_eq!(rec.free_blocks, st.free_blocks, "step {i}");
     }
     assert!(res.requests.iter().all(|t| t.finish_s.is_some()));
     res
