@@ -1,0 +1,35 @@
+//! A discrete-event serving simulator built on sluice's real scheduler.
+//!
+//! The scheduler (`sluice_core::Scheduler`, vLLM's decision for decision)
+//! runs unmodified; only the GPU is replaced by a step-time model and the
+//! wall clock by a virtual one, so a simulated run makes exactly the
+//! scheduling decisions `sluice_core::replay` makes on the same requests
+//! (the crate's main promise, checked in `tests/replay_equivalence.rs`).
+//!
+//! What exists:
+//! - [`step`]: `StepShape` (one `SchedulerOutput` summarised) and the
+//!   `StepTimeModel` trait, with a constant model for tests;
+//! - [`roofline`]: a roofline step-time model from a `ModelShape` and a
+//!   `Hardware` profile, with built-in shapes and datasheet profiles;
+//! - [`workload`]: `vllm bench serve --dataset-name random` lengths,
+//!   Poisson / gamma arrivals, shared-prefix groups, from a seed;
+//! - [`sim`]: the event loop and per-request timelines;
+//! - [`metrics`]: `SimReport`, vLLM's serving metrics with
+//!   `--save-result` key names.
+//!
+//! Still to come: a step-time model fitted to measured steps, a
+//! table-driven model, multi-replica routers, prefill/decode
+//! disaggregation, the `sluice simulate` command and
+//! `serve --executor simulated`.
+
+pub mod metrics;
+pub mod roofline;
+pub mod sim;
+pub mod step;
+pub mod workload;
+
+pub use metrics::SimReport;
+pub use roofline::{Hardware, ModelShape, Roofline};
+pub use sim::{RequestTimeline, SimError, SimRequest, SimResult, Simulator};
+pub use step::{ConstantStepTime, RowShape, StepShape, StepTimeModel};
+pub use workload::{RandomWorkload, Rng};
