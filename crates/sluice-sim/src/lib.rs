@@ -4,7 +4,7 @@
 //! runs unmodified; only the GPU is replaced by a step-time model and the
 //! wall clock by a virtual one, so a simulated run makes exactly the
 //! scheduling decisions `sluice_core::replay` makes on the same requests
-//! (the crate's main promise, checked in `tests/replay_equivalence.rs`).
+//! (the crate's main promise, checked in `tests/sim.rs`, FCFS policy).
 //!
 //! What exists:
 //! - [`step`]: `StepShape` (one `SchedulerOutput` summarised) and the
