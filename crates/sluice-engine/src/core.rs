@@ -79,9 +79,9 @@ struct Child {
     /// Structured outputs: the completion's grammar state, advanced by
     /// every token it is given (`None` while compiling, or unconstrained).
     grammar: Option<GrammarMatcher>,
-    /// The request's `stop_token_ids`: allowed wherever its grammar can end
-    /// (as vLLM adds them to the matcher's stop set), besides the model's
-    /// EOS ids the grammar knows.
+    /// The request's `stop_token_ids` its grammar does not know: allowed
+    /// wherever the grammar can end (as vLLM adds them to the matcher's stop
+    /// set), besides the model's EOS ids the grammar already allows.
     grammar_stop_ids: Vec<TokenId>,
 }
 
@@ -305,6 +305,23 @@ impl EngineCore {
     fn add_request(&mut self, mut req: PendingRequest) {
         let n = req.params.n;
         let grammar = req.grammar.take();
+        // The request's stop ids its grammar does not already allow at its
+        // end (usually none: the model's EOS ids are the grammar's), so the
+        // per-step `can_stop` check runs only where it can matter.
+        let grammar_stops: Vec<TokenId> = match &grammar {
+            // Built already: `generate` compiled the grammar with it.
+            Some(_) => match self.shared.grammar_compiler() {
+                Ok(compiler) => req
+                    .params
+                    .stop_token_ids
+                    .iter()
+                    .copied()
+                    .filter(|t| !compiler.stop_ids().contains(t))
+                    .collect(),
+                Err(_) => Vec::new(),
+            },
+            None => Vec::new(),
+        };
         // Waiting from now on, until `run_step` stores the scheduler's count
         // right after `schedule()`. Added before the pending count drops, so
         // that the admission limit (waiting + pending) never misses it.
@@ -390,11 +407,7 @@ impl EngineCore {
                     num_preemptions: 0,
                     prompt_logprobs: wants_prompt_logprobs.then(Vec::new),
                     grammar: None,
-                    grammar_stop_ids: if grammar.is_some() {
-                        req.params.stop_token_ids.clone()
-                    } else {
-                        Vec::new()
-                    },
+                    grammar_stop_ids: grammar_stops.clone(),
                 },
             );
             children.push(child_id);

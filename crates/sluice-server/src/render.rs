@@ -38,13 +38,9 @@ pub async fn render_completion(
         p.priority,
         p.structured.as_ref().map(|r| &r.constraint),
     );
-    let stream = p.req.sampling.stream();
-    let common = Common {
-        model: p.req.model.as_deref(),
-        stream,
-        stream_options: stream_options(&body, stream)?,
-        structured: structured_outputs(&body)?,
-    };
+    // `prepare` parsed the body already; a JSON object by now.
+    let raw: Map<String, Value> = crate::json::parse(&body)?;
+    let common = Common::new(p.req.model.as_deref(), p.req.sampling.stream(), &raw);
     let list = requests
         .iter()
         .map(|r| {
@@ -68,13 +64,7 @@ pub async fn render_chat_completion(
         p.priority,
         p.structured.as_ref().map(|r| &r.constraint),
     );
-    let stream = p.req.sampling.stream();
-    let common = Common {
-        model: p.req.model.as_deref(),
-        stream,
-        stream_options: stream_options(&body, stream)?,
-        structured: structured_outputs(&body)?,
-    };
+    let common = Common::new(p.req.model.as_deref(), p.req.sampling.stream(), &p.raw);
     let parse_context = parse_context(&p.raw);
     let Some(r) = requests.first() else {
         return Err(ApiError::internal("no prompt was rendered"));
@@ -91,26 +81,22 @@ struct Common<'a> {
     structured: Value,
 }
 
-/// The body's `stream_options`, echoed only for a streaming request (as
-/// vLLM does).
-fn stream_options(body: &Bytes, stream: bool) -> Result<Value, ApiError> {
-    let raw: Map<String, Value> = crate::json::parse(body)?;
-    Ok(match raw.get("stream_options") {
-        Some(v) if stream && !v.is_null() => v.clone(),
-        _ => Value::Null,
-    })
-}
-
-/// `sampling_params.structured_outputs`: the body's `structured_outputs`
-/// as given, or null (a constraint from `response_format` or the tools is
-/// still applied by generation; it is not echoed here).
-fn structured_outputs(body: &Bytes) -> Result<Value, ApiError> {
-    let raw: Map<String, Value> = crate::json::parse(body)?;
-    Ok(raw
-        .get("structured_outputs")
-        .filter(|v| !v.is_null())
-        .cloned()
-        .unwrap_or(Value::Null))
+impl<'a> Common<'a> {
+    fn new(model: Option<&'a str>, stream: bool, raw: &Map<String, Value>) -> Self {
+        let given = |key: &str| raw.get(key).filter(|v| !v.is_null()).cloned();
+        Common {
+            model,
+            stream,
+            // Echoed only for a streaming request, as vLLM does.
+            stream_options: given("stream_options")
+                .filter(|_| stream)
+                .unwrap_or(Value::Null),
+            // The body's `structured_outputs` as given (a constraint from
+            // `response_format` or the tools is still applied by
+            // generation; it is not echoed here).
+            structured: given("structured_outputs").unwrap_or(Value::Null),
+        }
+    }
 }
 
 /// vLLM's `ParseContext`: what the derender step needs to parse the output

@@ -169,6 +169,11 @@ impl GrammarCompiler {
         self.core.vocab.mask_words
     }
 
+    /// The stop ids every matcher allows where its grammar can end.
+    pub fn stop_ids(&self) -> &[u32] {
+        &self.core.vocab.stop_ids
+    }
+
     /// (hits, misses) of the cache, for tests and metrics.
     pub fn cache_stats(&self) -> (u64, u64) {
         (

@@ -17,28 +17,9 @@
 use super::dataset::BenchTokenizer;
 use super::request::RequestOutput;
 
-/// `np.percentile(values, p)` with the default `linear` method, including
-/// NumPy's lerp (which interpolates from the upper neighbour past the
-/// midpoint). `values` need not be sorted; empty gives 0.
-pub fn percentile(values: &[f64], p: f64) -> f64 {
-    if values.is_empty() {
-        return 0.0;
-    }
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    let virtual_index = (n - 1) as f64 * (p / 100.0);
-    let prev = virtual_index.floor().clamp(0.0, (n - 1) as f64);
-    let (lo, hi) = (prev as usize, (prev as usize + 1).min(n - 1));
-    let t = virtual_index - prev;
-    let (a, b) = (v[lo], v[hi]);
-    let diff = b - a;
-    if t >= 0.5 {
-        b - diff * (1.0 - t)
-    } else {
-        a + diff * t
-    }
-}
+/// `np.percentile(values, p)`, linear method (shared with the simulator,
+/// which reports the same metrics).
+pub use sluice_sim::metrics::percentile;
 
 pub fn mean(values: &[f64]) -> f64 {
     if values.is_empty() {

@@ -159,14 +159,11 @@ impl ToolParser for HermesParser {
     }
 
     fn push(&mut self, delta: &str) -> StreamDelta {
-        self.stream.push_text(delta);
-        let snap = snapshot(self.stream.text(), false);
-        self.stream.emit(snap)
+        self.stream.feed(delta, snapshot)
     }
 
     fn finish(&mut self) -> StreamDelta {
-        let snap = snapshot(self.stream.text(), true);
-        self.stream.emit(snap)
+        self.stream.finish_with(snapshot)
     }
 }
 

@@ -256,6 +256,24 @@ impl Streamer {
     /// The part of `snap` not sent yet. A snapshot that does not extend
     /// what was sent (it should not happen) sends nothing rather than
     /// something wrong.
+    /// A stateless parser's `push`: takes `delta`, re-reads the whole text
+    /// with `snapshot` and sends what is new.
+    pub(crate) fn feed(
+        &mut self,
+        delta: &str,
+        snapshot: fn(&str, bool) -> Snapshot,
+    ) -> StreamDelta {
+        self.push_text(delta);
+        let snap = snapshot(self.text(), false);
+        self.emit(snap)
+    }
+
+    /// A stateless parser's `finish`: the final read, holding nothing back.
+    pub(crate) fn finish_with(&mut self, snapshot: fn(&str, bool) -> Snapshot) -> StreamDelta {
+        let snap = snapshot(self.text(), true);
+        self.emit(snap)
+    }
+
     pub(crate) fn emit(&mut self, snap: Snapshot) -> StreamDelta {
         let mut out = StreamDelta::default();
         if snap.content.len() > self.content_sent {
