@@ -24,8 +24,10 @@
 
 pub mod metrics;
 pub mod roofline;
+pub mod router;
 pub mod sim;
 pub mod step;
+pub mod steplog;
 pub mod workload;
 
 pub use metrics::SimReport;

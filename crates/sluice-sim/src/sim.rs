@@ -33,6 +33,30 @@ pub struct SimRequest {
     pub prompt: Vec<u32>,
     /// Output tokens it generates (its `max_tokens`).
     pub output_len: usize,
+    /// Scheduling priority (lower runs first under the priority policy).
+    pub priority: i32,
+    /// A later turn of a conversation: sent `think_time_s` after request
+    /// `after` (an index into the same list, earlier in it) finishes, or
+    /// at `arrival_s` if that is later. Its prompt already holds the
+    /// earlier turn's prompt and output (`output_token`), so prefix
+    /// caching sees the conversation grow.
+    pub after: Option<usize>,
+    pub think_time_s: f64,
+}
+
+impl SimRequest {
+    /// An open-loop request: arrives at `arrival_s`, priority 0.
+    pub fn new(id: impl Into<String>, arrival_s: f64, prompt: Vec<u32>, output_len: usize) -> Self {
+        SimRequest {
+            id: id.into(),
+            arrival_s,
+            prompt,
+            output_len,
+            priority: 0,
+            after: None,
+            think_time_s: 0.0,
+        }
+    }
 }
 
 /// What happened to one request, in virtual seconds.

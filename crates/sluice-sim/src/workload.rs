@@ -183,12 +183,12 @@ impl RandomWorkload {
             let output_len = rng.range_inclusive(olo, ohi);
             let mut prompt = prefixes[i % self.num_prefix_groups].clone();
             prompt.extend(self.tokens(&mut rng, input));
-            out.push(SimRequest {
-                id: format!("{i}"),
+            out.push(SimRequest::new(
+                format!("{i}"),
                 arrival_s,
                 prompt,
                 output_len,
-            });
+            ));
         }
         Ok(out)
     }

@@ -54,18 +54,8 @@ fn metrics_on_a_hand_computed_two_request_example() {
     // also decodes A's last token: A finishes at 0.3, B's first token is
     // at 0.3; step 3 decodes B's last token at 0.4.
     let reqs = vec![
-        SimRequest {
-            id: "a".into(),
-            arrival_s: 0.0,
-            prompt: vec![1, 2, 3, 4],
-            output_len: 3,
-        },
-        SimRequest {
-            id: "b".into(),
-            arrival_s: 0.15,
-            prompt: vec![5, 6, 7, 8],
-            output_len: 2,
-        },
+        SimRequest::new("a", 0.0, vec![1, 2, 3, 4], 3),
+        SimRequest::new("b", 0.15, vec![5, 6, 7, 8], 2),
     ];
     let sim = Simulator::new(SchedulerConfig::default(), ConstantStepTime(0.1));
     let res = sim.run(&reqs).unwrap();
@@ -227,11 +217,8 @@ fn decisions_equal_replay_under_preemption() {
 #[test]
 fn bad_requests_are_errors_not_panics() {
     let sim = Simulator::new(SchedulerConfig::default(), ConstantStepTime(0.01));
-    let req = |arrival_s: f64, prompt: Vec<u32>, output_len: usize| SimRequest {
-        id: "x".into(),
-        arrival_s,
-        prompt,
-        output_len,
+    let req = |arrival_s: f64, prompt: Vec<u32>, output_len: usize| {
+        SimRequest::new("x", arrival_s, prompt, output_len)
     };
     assert!(sim.run(&[req(f64::NAN, vec![1], 1)]).is_err());
     assert!(sim.run(&[req(0.0, vec![], 1)]).is_err());
