@@ -42,6 +42,9 @@ pub struct SimRequest {
     /// caching sees the conversation grow.
     pub after: Option<usize>,
     pub think_time_s: f64,
+    /// Replay-style arrival: admitted at the start of its replica's engine
+    /// step with this index instead of at a time (`sluice replay` traces).
+    pub arrival_step: Option<u64>,
 }
 
 impl SimRequest {
@@ -55,6 +58,7 @@ impl SimRequest {
             priority: 0,
             after: None,
             think_time_s: 0.0,
+            arrival_step: None,
         }
     }
 }
@@ -84,11 +88,16 @@ impl RequestTimeline {
 /// One engine step.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct StepLog {
+    /// The replica that ran it (0 with one replica).
+    pub replica: usize,
     pub start_s: f64,
     pub duration_s: f64,
     pub num_reqs: usize,
     pub num_tokens: usize,
     pub num_preempted: usize,
+    /// Requests running / waiting right after `schedule()`.
+    pub num_running: usize,
+    pub num_waiting: usize,
     /// KV cache usage right after `schedule()` (0..1).
     pub kv_usage: f64,
     /// (request, tokens) in scheduled order; filled only with
@@ -276,11 +285,14 @@ impl<M: StepTimeModel> Simulator<M> {
                 }
             }
             result.steps.push(StepLog {
+                replica: 0,
                 start_s: now,
                 duration_s: dt,
                 num_reqs: out.num_scheduled_tokens.len(),
                 num_tokens: out.total_num_scheduled_tokens,
                 num_preempted: out.preempted_req_ids.len(),
+                num_running: scheduler.get_request_counts().0,
+                num_waiting: scheduler.get_request_counts().1,
                 kv_usage: scheduler.kv_cache_usage(),
                 scheduled: if self.record_schedule {
                     out.num_scheduled_tokens
