@@ -253,6 +253,7 @@ impl Replayer {
                 arrival_time: arrival as f64 * 1_000_000.0 + idx as f64,
                 cache_salt: None,
                 needs_grammar: false,
+                num_external_computed_tokens: 0,
             };
             self.scheduler
                 .add_request(new)

@@ -112,6 +112,13 @@ pub struct NewRequest {
     pub cache_salt: Option<String>,
     /// Starts in `WaitingForGrammar` until `Scheduler::set_grammar_ready`.
     pub needs_grammar: bool,
+    /// Prompt tokens whose KV arrives from elsewhere (the prefill instance
+    /// of a prefill/decode-disaggregated pair: vLLM's KV connector with a
+    /// synchronous load). At the first admission they count as computed
+    /// beyond the local prefix hit and get blocks, but use no token budget;
+    /// at least the last token is still computed here, for its logits. A
+    /// preempted request recomputes them. 0 for every ordinary request.
+    pub num_external_computed_tokens: usize,
 }
 
 impl NewRequest {
@@ -124,6 +131,7 @@ impl NewRequest {
             arrival_time: 0.0,
             cache_salt: None,
             needs_grammar: false,
+            num_external_computed_tokens: 0,
         }
     }
 }
@@ -148,6 +156,8 @@ pub struct Request {
     /// Prefix-cache hit at the first admission (vLLM's
     /// `prefill_stats.num_cached_tokens`); `None` until admitted.
     pub(crate) num_cached_tokens: Option<usize>,
+    /// `NewRequest::num_external_computed_tokens`, zeroed once admitted.
+    pub(crate) num_external_computed_tokens: usize,
 }
 
 impl Request {
@@ -172,6 +182,7 @@ impl Request {
             cache_salt: new.cache_salt,
             is_prefill_chunk: false,
             num_cached_tokens: None,
+            num_external_computed_tokens: new.num_external_computed_tokens,
         };
         if let Some(h) = hasher {
             h.extend(

@@ -171,7 +171,20 @@ impl Scheduler {
                     s.hit_blocks.clear();
                     0
                 };
-                let computed = if lookup { hit } else { req.num_computed_tokens };
+                // KV loaded from outside (P/D disaggregation) extends the
+                // hit, leaving at least the last token to compute.
+                let external = if lookup {
+                    req.num_external_computed_tokens
+                        .saturating_sub(hit)
+                        .min(req.num_tokens().saturating_sub(hit + 1))
+                } else {
+                    0
+                };
+                let computed = if lookup {
+                    hit + external
+                } else {
+                    req.num_computed_tokens
+                };
                 let first_admission = req.num_preemptions == 0;
 
                 let cap = token_budget.min(input_budget - draft_slots);
@@ -191,7 +204,7 @@ impl Scheduler {
                 let Some(_) = self.kv.allocate_slots(
                     slot as usize,
                     req,
-                    n,
+                    external + n,
                     hit,
                     &s.hit_blocks,
                     lookahead,
@@ -218,6 +231,7 @@ impl Scheduler {
                 }
                 req.status = RequestStatus::Running;
                 req.num_computed_tokens = computed;
+                req.num_external_computed_tokens = 0;
                 s.scheduled.push((slot, n));
                 token_budget -= n;
                 input_budget -= n + draft_slots;

@@ -372,6 +372,7 @@ impl EngineCore {
                 arrival_time,
                 cache_salt: req.cache_salt.clone(),
                 needs_grammar: grammar.is_some(),
+                num_external_computed_tokens: 0,
             };
             if let Err(e) = self.scheduler.add_request(new) {
                 // Validated on the caller's side, so this is an engine bug;

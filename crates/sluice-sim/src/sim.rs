@@ -242,6 +242,7 @@ impl<M: StepTimeModel> Simulator<M> {
                     arrival_time: r.arrival_s,
                     cache_salt: None,
                     needs_grammar: false,
+                    num_external_computed_tokens: 0,
                 };
                 scheduler
                     .add_request(new)
