@@ -23,6 +23,7 @@
 //! `serve --executor simulated`.
 
 pub mod metrics;
+pub mod replica;
 pub mod roofline;
 pub mod router;
 pub mod sim;
@@ -32,6 +33,6 @@ pub mod workload;
 
 pub use metrics::SimReport;
 pub use roofline::{Hardware, ModelShape, Roofline};
-pub use sim::{RequestTimeline, SimError, SimRequest, SimResult, Simulator};
+pub use sim::{PdConfig, RequestTimeline, SimError, SimRequest, SimResult, Simulator};
 pub use step::{ConstantStepTime, RowShape, StepShape, StepTimeModel};
 pub use workload::{RandomWorkload, Rng};

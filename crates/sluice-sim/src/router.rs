@@ -35,4 +35,10 @@ pub trait Router {
     /// The replica (an index into `replicas`, which is never empty) that
     /// gets `request`.
     fn route(&mut self, request: &RouteRequest<'_>, replicas: &[&dyn ReplicaView]) -> usize;
+
+    /// Whether `route` reads `RouteRequest::block_hashes` (hashing every
+    /// prompt costs; only prefix-aware routing needs it).
+    fn wants_block_hashes(&self) -> bool {
+        false
+    }
 }
