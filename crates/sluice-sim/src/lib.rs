@@ -32,6 +32,7 @@ pub mod workload;
 
 pub use metrics::SimReport;
 pub use roofline::{Hardware, ModelShape, Roofline};
+pub use router::{ReplicaView, RouteRequest, Router, RouterKind};
 pub use sim::{RequestTimeline, SimError, SimRequest, SimResult, Simulator};
 pub use step::{ConstantStepTime, RowShape, StepShape, StepTimeModel};
 pub use workload::{RandomWorkload, Rng};
