@@ -27,12 +27,16 @@ pub mod replica;
 pub mod roofline;
 pub mod router;
 pub mod sim;
+pub mod slo;
 pub mod step;
 pub mod steplog;
+pub mod timeline;
 pub mod workload;
 
 pub use metrics::SimReport;
 pub use roofline::{Hardware, ModelShape, Roofline};
+pub use router::{ReplicaView, RouteRequest, Router, RouterKind};
 pub use sim::{PdConfig, RequestTimeline, SimError, SimRequest, SimResult, Simulator};
+pub use slo::{Goodput, Slo};
 pub use step::{ConstantStepTime, RowShape, StepShape, StepTimeModel};
 pub use workload::{RandomWorkload, Rng};
