@@ -9,7 +9,7 @@
 //! linear method. Keys vLLM lacks (preemptions, prefix-cache hit rate,
 //! KV usage, batch size, simulated steps) are sluice's additions.
 
-use crate::sim::SimResult;
+use crate::sim::{RequestTimeline, SimResult, StepLog};
 use serde_json::{json, Map, Value};
 
 /// `np.percentile(values, p)`, linear method, with NumPy's lerp (from the
@@ -93,10 +93,44 @@ pub struct SimReport {
 }
 
 impl SimReport {
+    /// The whole run (every replica).
     pub fn from_result(r: &SimResult) -> SimReport {
+        SimReport::of(
+            r,
+            r.requests.iter(),
+            r.steps.iter(),
+            r.preemptions,
+            (r.prefix_cache_queries, r.prefix_cache_hits),
+        )
+    }
+
+    /// One replica: the requests whose tokens it produced and its steps
+    /// (a prefill replica under P/D has steps but no requests of its own).
+    /// Duration and throughputs are over the whole run's duration.
+    pub fn for_replica(r: &SimResult, replica: usize) -> SimReport {
+        let stats = r.replicas.get(replica).cloned().unwrap_or_default();
+        let prefill_only = replica < r.num_prefill_replicas;
+        SimReport::of(
+            r,
+            r.requests
+                .iter()
+                .filter(|t| !prefill_only && t.replica == replica),
+            r.steps.iter().filter(|s| s.replica == replica),
+            stats.preemptions,
+            (stats.prefix_cache_queries, stats.prefix_cache_hits),
+        )
+    }
+
+    fn of<'a>(
+        r: &SimResult,
+        requests: impl Iterator<Item = &'a RequestTimeline>,
+        steps: impl Iterator<Item = &'a StepLog> + Clone,
+        preemptions: u64,
+        (queries, hits): (u64, u64),
+    ) -> SimReport {
         let (mut ttfts, mut tpots, mut itls, mut e2els) = (vec![], vec![], vec![], vec![]);
         let (mut completed, mut input, mut output) = (0, 0, 0);
-        for t in &r.requests {
+        for t in requests {
             let (Some(first), Some(finish)) = (t.first_token_s(), t.finish_s) else {
                 continue;
             };
@@ -115,9 +149,8 @@ impl SimReport {
         }
         let duration = r.end_s;
         let per_s = |x: f64| if duration > 0.0 { x / duration } else { 0.0 };
-        let steps = r.steps.len();
-        let kv: Vec<f64> = r.steps.iter().map(|s| s.kv_usage).collect();
-        let batch: Vec<f64> = r.steps.iter().map(|s| s.num_reqs as f64).collect();
+        let kv: Vec<f64> = steps.clone().map(|s| s.kv_usage).collect();
+        let batch: Vec<f64> = steps.clone().map(|s| s.num_reqs as f64).collect();
         SimReport {
             completed,
             duration_s: duration,
@@ -130,17 +163,17 @@ impl SimReport {
             tpot: Stats::of(&tpots),
             itl: Stats::of(&itls),
             e2el: Stats::of(&e2els),
-            num_preemptions: r.preemptions,
-            prefix_cache_hit_rate: if r.prefix_cache_queries > 0 {
-                r.prefix_cache_hits as f64 / r.prefix_cache_queries as f64
+            num_preemptions: preemptions,
+            prefix_cache_hit_rate: if queries > 0 {
+                hits as f64 / queries as f64
             } else {
                 0.0
             },
             mean_kv_cache_usage: mean(&kv),
             peak_kv_cache_usage: kv.iter().copied().fold(0.0, f64::max),
             mean_batch_size: mean(&batch),
-            peak_batch_size: r.steps.iter().map(|s| s.num_reqs).max().unwrap_or(0),
-            num_steps: steps,
+            peak_batch_size: steps.map(|s| s.num_reqs).max().unwrap_or(0),
+            num_steps: kv.len(),
         }
     }
 

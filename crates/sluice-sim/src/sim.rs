@@ -598,7 +598,9 @@ impl<M: StepTimeModel> Run<'_, M> {
             return;
         }
         self.timelines[i].finish_s = Some(now);
-        self.in_flight_clients -= 1;
+        // Saturating: replay-style requests are admitted by step, never
+        // sent by the client.
+        self.in_flight_clients = self.in_flight_clients.saturating_sub(1);
         if let Some(next) = self.dependents.remove(&i) {
             for d in next {
                 let at = (now + self.requests[d].think_time_s).max(self.requests[d].arrival_s);
