@@ -210,6 +210,7 @@ pub struct Simulator<M> {
     router: Option<RouterFactory>,
     pub max_concurrency: Option<usize>,
     pub pd: Option<PdConfig>,
+    progress: Option<Box<dyn Fn(usize)>>,
 }
 
 /// A pending arrival on the event queue.
@@ -272,6 +273,7 @@ struct Run<'a, M> {
     hasher: Option<BlockHasher>,
     hashes: Vec<BlockHash>,
     finished: Vec<Routed>,
+    num_finished: usize,
 }
 
 impl<M: StepTimeModel> Simulator<M> {
@@ -284,7 +286,15 @@ impl<M: StepTimeModel> Simulator<M> {
             router: None,
             max_concurrency: None,
             pd: None,
+            progress: None,
         }
+    }
+
+    /// Calls `report(finished requests)` every 1,000 finished requests and
+    /// at the end (for a progress bar).
+    pub fn with_progress(mut self, report: Box<dyn Fn(usize)>) -> Self {
+        self.progress = Some(report);
+        self
     }
 
     /// Keeps each step's (request, tokens) list in `StepLog::scheduled`.
@@ -432,9 +442,13 @@ impl<M: StepTimeModel> Simulator<M> {
             hasher,
             hashes: Vec::new(),
             finished: Vec::new(),
+            num_finished: 0,
         };
         run.seed_arrivals();
         run.event_loop()?;
+        if let Some(report) = &self.progress {
+            report(run.num_finished);
+        }
         Ok(run.into_result())
     }
 }
@@ -598,6 +612,12 @@ impl<M: StepTimeModel> Run<'_, M> {
             return;
         }
         self.timelines[i].finish_s = Some(now);
+        self.num_finished += 1;
+        if self.num_finished % 1000 == 0 {
+            if let Some(report) = &self.sim.progress {
+                report(self.num_finished);
+            }
+        }
         // Saturating: replay-style requests are admitted by step, never
         // sent by the client.
         self.in_flight_clients = self.in_flight_clients.saturating_sub(1);

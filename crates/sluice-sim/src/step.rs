@@ -79,6 +79,12 @@ pub trait StepTimeModel {
     fn step_time(&self, step: &StepShape) -> f64;
 }
 
+impl<T: StepTimeModel + ?Sized> StepTimeModel for &T {
+    fn step_time(&self, step: &StepShape) -> f64 {
+        (**self).step_time(step)
+    }
+}
+
 /// Every step takes the same time: the model for hand-computed tests.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ConstantStepTime(pub f64);
