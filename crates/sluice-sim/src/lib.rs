@@ -12,7 +12,9 @@
 //! - [`roofline`]: a roofline step-time model from a `ModelShape` and a
 //!   `Hardware` profile, with built-in shapes and datasheet profiles;
 //! - [`workload`]: `vllm bench serve --dataset-name random` lengths,
-//!   Poisson / gamma arrivals, shared-prefix groups, from a seed;
+//!   Poisson / gamma arrivals (or a duration), shared-prefix groups, from
+//!   a seed; [`lengths`]: uniform, normal, lognormal and empirical length
+//!   distributions;
 //! - [`sim`]: the event loop and per-request timelines;
 //! - [`metrics`]: `SimReport`, vLLM's serving metrics with
 //!   `--save-result` key names.
@@ -22,6 +24,7 @@
 //! disaggregation, the `sluice simulate` command and
 //! `serve --executor simulated`.
 
+pub mod lengths;
 pub mod metrics;
 pub mod roofline;
 pub mod router;
@@ -30,6 +33,7 @@ pub mod step;
 pub mod steplog;
 pub mod workload;
 
+pub use lengths::LengthDist;
 pub use metrics::SimReport;
 pub use roofline::{Hardware, ModelShape, Roofline};
 pub use sim::{RequestTimeline, SimError, SimRequest, SimResult, Simulator};
