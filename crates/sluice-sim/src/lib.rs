@@ -14,7 +14,8 @@
 //! - [`workload`]: `vllm bench serve --dataset-name random` lengths,
 //!   Poisson / gamma arrivals (or a duration), shared-prefix groups, from
 //!   a seed; [`lengths`]: uniform, normal, lognormal and empirical length
-//!   distributions;
+//!   distributions; [`conversation`]: multi-turn conversations whose
+//!   history is each turn's prefix;
 //! - [`sim`]: the event loop and per-request timelines;
 //! - [`metrics`]: `SimReport`, vLLM's serving metrics with
 //!   `--save-result` key names.
@@ -24,6 +25,7 @@
 //! disaggregation, the `sluice simulate` command and
 //! `serve --executor simulated`.
 
+pub mod conversation;
 pub mod lengths;
 pub mod metrics;
 pub mod roofline;
@@ -33,6 +35,7 @@ pub mod step;
 pub mod steplog;
 pub mod workload;
 
+pub use conversation::{ConversationWorkload, ThinkTime};
 pub use lengths::LengthDist;
 pub use metrics::SimReport;
 pub use roofline::{Hardware, ModelShape, Roofline};
