@@ -15,7 +15,8 @@
 //!   Poisson / gamma arrivals (or a duration), shared-prefix groups, from
 //!   a seed; [`lengths`]: uniform, normal, lognormal and empirical length
 //!   distributions; [`conversation`]: multi-turn conversations whose
-//!   history is each turn's prefix;
+//!   history is each turn's prefix; [`traces`]: JSONL, Azure LLM
+//!   inference CSV and `sluice replay` traces as requests;
 //! - [`sim`]: the event loop and per-request timelines;
 //! - [`metrics`]: `SimReport`, vLLM's serving metrics with
 //!   `--save-result` key names.
@@ -33,6 +34,7 @@ pub mod router;
 pub mod sim;
 pub mod step;
 pub mod steplog;
+pub mod traces;
 pub mod workload;
 
 pub use conversation::{ConversationWorkload, ThinkTime};
@@ -41,4 +43,5 @@ pub use metrics::SimReport;
 pub use roofline::{Hardware, ModelShape, Roofline};
 pub use sim::{RequestTimeline, SimError, SimRequest, SimResult, Simulator};
 pub use step::{ConstantStepTime, RowShape, StepShape, StepTimeModel};
+pub use traces::{load_trace, LoadedTrace, TraceFileError};
 pub use workload::{RandomWorkload, Rng};
