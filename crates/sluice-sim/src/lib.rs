@@ -12,7 +12,11 @@
 //! - [`roofline`]: a roofline step-time model from a `ModelShape` and a
 //!   `Hardware` profile, with built-in shapes and datasheet profiles;
 //! - [`workload`]: `vllm bench serve --dataset-name random` lengths,
-//!   Poisson / gamma arrivals, shared-prefix groups, from a seed;
+//!   Poisson / gamma arrivals (or a duration), shared-prefix groups, from
+//!   a seed; [`lengths`]: uniform, normal, lognormal and empirical length
+//!   distributions; [`conversation`]: multi-turn conversations whose
+//!   history is each turn's prefix; [`traces`]: JSONL, Azure LLM
+//!   inference CSV and `sluice replay` traces as requests;
 //! - [`sim`]: the event loop and per-request timelines;
 //! - [`metrics`]: `SimReport`, vLLM's serving metrics with
 //!   `--save-result` key names.
@@ -22,6 +26,8 @@
 //! disaggregation, the `sluice simulate` command and
 //! `serve --executor simulated`.
 
+pub mod conversation;
+pub mod lengths;
 pub mod metrics;
 pub mod replica;
 pub mod roofline;
@@ -31,12 +37,16 @@ pub mod slo;
 pub mod step;
 pub mod steplog;
 pub mod timeline;
+pub mod traces;
 pub mod workload;
 
+pub use conversation::{ConversationWorkload, ThinkTime};
+pub use lengths::LengthDist;
 pub use metrics::SimReport;
 pub use roofline::{Hardware, ModelShape, Roofline};
 pub use router::{ReplicaView, RouteRequest, Router, RouterKind};
 pub use sim::{PdConfig, RequestTimeline, SimError, SimRequest, SimResult, Simulator};
 pub use slo::{Goodput, Slo};
 pub use step::{ConstantStepTime, RowShape, StepShape, StepTimeModel};
+pub use traces::{load_trace, LoadedTrace, TraceFileError};
 pub use workload::{RandomWorkload, Rng};
