@@ -43,5 +43,5 @@ pub use metrics::SimReport;
 pub use roofline::{Hardware, ModelShape, Roofline};
 pub use sim::{RequestTimeline, SimError, SimRequest, SimResult, Simulator};
 pub use step::{ConstantStepTime, RowShape, StepShape, StepTimeModel};
-pub use traces::{load_trace, LoadedTrace, TraceFileError};
+pub use traces::{load_trace, LoadedTrace, ReplayInfo, TraceFileError};
 pub use workload::{RandomWorkload, Rng};
