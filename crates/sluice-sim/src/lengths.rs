@@ -546,6 +546,30 @@ mod tests {
     }
 
     #[test]
+    fn serde_round_trips_and_rebuilds_the_running_sums() {
+        let e = Empirical::parse("l.txt", "4,1\n9,3\n").unwrap();
+        for d in [
+            LengthDist::Empirical(e),
+            LengthDist::fixed(3),
+            LengthDist::LogNormal {
+                mean: 5.0,
+                std: 2.0,
+            },
+        ] {
+            let json = serde_json::to_string(&d).unwrap();
+            let back: LengthDist = serde_json::from_str(&json).unwrap();
+            assert_eq!(back, d, "{json}");
+            let mut a = Rng::new(3);
+            let mut b = Rng::new(3);
+            for _ in 0..50 {
+                assert_eq!(back.sample(&mut a, 100), d.sample(&mut b, 100));
+            }
+        }
+        let bad = r#"{"kind": "empirical", "source": "x", "points": [[3, -1.0]]}"#;
+        assert!(serde_json::from_str::<LengthDist>(bad).is_err());
+    }
+
+    #[test]
     fn lognormal_params_invert() {
         let (mu, sigma) = lognormal_params(200.0, 50.0);
         let mean = (mu + sigma * sigma / 2.0).exp();

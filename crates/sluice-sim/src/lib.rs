@@ -48,5 +48,5 @@ pub use router::{ReplicaView, RouteRequest, Router, RouterKind};
 pub use sim::{PdConfig, RequestTimeline, SimError, SimRequest, SimResult, Simulator};
 pub use slo::{Goodput, Slo};
 pub use step::{ConstantStepTime, RowShape, StepShape, StepTimeModel};
-pub use traces::{load_trace, LoadedTrace, TraceFileError};
+pub use traces::{load_trace, LoadedTrace, ReplayInfo, TraceFileError};
 pub use workload::{RandomWorkload, Rng};

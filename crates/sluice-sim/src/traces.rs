@@ -26,6 +26,10 @@
 //!   the simulator runs every request to its end, so a caller must refuse
 //!   or warn about aborts rather than have them silently ignored.
 //!
+//! The CSV reader is deliberately simple: fields split at commas, with
+//! surrounding spaces and double quotes removed (the Azure files quote
+//! nothing); a quoted comma is not supported.
+//!
 //! Promise: a malformed file is an error naming the file, the line (or
 //! the JSON path, for replay traces) and the field, never a panic. Both
 //! text formats keep the file's order; the simulator orders by arrival.
@@ -114,13 +118,25 @@ pub struct ReplayWorkload {
     pub max_steps: u64,
 }
 
+/// What a replay trace carries besides its requests.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReplayInfo {
+    pub name: String,
+    /// The config the trace was recorded under: simulate with it.
+    pub config: SchedulerConfig,
+    /// The trace's aborts (step, id), which the simulator does not model.
+    pub aborts: Vec<TraceAbort>,
+    /// The replay's step limit (the simulator runs to completion).
+    pub max_steps: u64,
+}
+
 /// Any trace, as [`load_trace`] returns it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LoadedTrace {
     pub format: TraceFormat,
     pub requests: Vec<SimRequest>,
-    /// Replay traces: the config, aborts and step limit.
-    pub replay: Option<ReplayWorkload>,
+    /// Replay traces only: the config, aborts and step limit.
+    pub replay: Option<ReplayInfo>,
 }
 
 /// Builds errors for one file.
@@ -789,14 +805,20 @@ pub fn load_trace_with(path: &Path, opts: &TraceOptions) -> Result<LoadedTrace, 
             replay: None,
         },
         TraceFormat::Replay => {
-            let mut w = read_replay_trace(path)?;
+            let w = read_replay_trace(path)?;
+            let mut requests = w.requests;
             if let Some(n) = opts.max_requests {
-                w.requests.truncate(n);
+                requests.truncate(n);
             }
             LoadedTrace {
                 format,
-                requests: w.requests.clone(),
-                replay: Some(w),
+                requests,
+                replay: Some(ReplayInfo {
+                    name: w.name,
+                    config: w.config,
+                    aborts: w.aborts,
+                    max_steps: w.max_steps,
+                }),
             }
         }
     })

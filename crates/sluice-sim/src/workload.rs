@@ -478,6 +478,18 @@ mod tests {
     }
 
     #[test]
+    fn older_serialised_workloads_still_load() {
+        // The fields before length distributions and duration mode.
+        let json = r#"{"num_prompts": 3, "input_len": 8, "output_len": 2, "range_ratio": 0.0,
+            "prefix_len": 0, "num_prefix_groups": 1, "request_rate": 1.0, "burstiness": 1.0,
+            "seed": 0, "vocab": 100}"#;
+        let w: RandomWorkload = serde_json::from_str(json).unwrap();
+        assert_eq!(w.input_dist, None);
+        assert_eq!(w.prefix_choice, PrefixGroupChoice::Random);
+        assert_eq!(w.generate().unwrap().len(), 3);
+    }
+
+    #[test]
     fn sizes_are_bounded() {
         let e = RandomWorkload {
             prefix_len: 1 << 20,
