@@ -289,8 +289,8 @@ pub struct Simulation {
 }
 
 /// The fraction of the profile's memory the simulated KV cache and weights
-/// may use (vLLM's `--gpu-memory-utilization` default).
-const SIMULATED_GPU_MEMORY_UTILIZATION: f64 = 0.9;
+/// may use (vLLM 0.33's `--gpu-memory-utilization` default, `config/cache.py`).
+const SIMULATED_GPU_MEMORY_UTILIZATION: f64 = 0.92;
 
 /// Most KV blocks a simulated cache gets from a profile's memory (16 Mi
 /// tokens at block size 16: more than a real deployment of a small model
@@ -635,10 +635,10 @@ mod tests {
         let per_block = (2 * 24 * 2 * 64 * 2 * 16) as f64;
         let memory = 8e9;
         let blocks = simulated_kv_blocks(&config, 16, memory, 1).unwrap();
-        assert_eq!(blocks, ((memory * 0.9 - weights) / per_block) as usize);
+        assert_eq!(blocks, ((memory * 0.92 - weights) / per_block) as usize);
         // Two GPUs: twice the memory, the same weights.
         let two = simulated_kv_blocks(&config, 16, memory, 2).unwrap();
-        assert_eq!(two, ((2.0 * memory * 0.9 - weights) / per_block) as usize);
+        assert_eq!(two, ((2.0 * memory * 0.92 - weights) / per_block) as usize);
         assert_eq!(
             simulated_kv_blocks(&config, 16, 1e15, 1).unwrap(),
             MAX_SIMULATED_KV_BLOCKS

@@ -45,7 +45,7 @@ pub struct ServeArgs {
     /// tokens are random ids, never an EOS or stop id, so requests end at
     /// max_tokens; seeded by --model-seed and each request's seed or id).
     /// KV blocks: --num-gpu-blocks-override, else the profile's memory at
-    /// 0.9 utilization less the bf16 weights (at most 1Mi blocks).
+    /// 0.92 utilization (vLLM's default) less the bf16 weights (at most 1Mi blocks).
     #[arg(long, value_name = "KIND", default_value = "model")]
     executor: ExecutorKind,
     /// The step-time profile of --executor simulated: a built-in hardware
