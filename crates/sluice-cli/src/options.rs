@@ -11,9 +11,14 @@ use crate::exit::{bad_config, config_error};
 use anyhow::{Context, Result};
 use clap::Args;
 use sluice_core::{HashAlgo, SchedulerConfig, SchedulingPolicy};
-use sluice_engine::{Engine, EngineConfig, Tokenizer};
+use sluice_engine::{
+    Engine, EngineConfig, Executor, SimulatedExecutor, StartOptions, StepClock, TokenId, Tokenizer,
+};
+use sluice_model::config::{GenerationConfig, ModelConfig};
 use sluice_model::kernels::QuantFormat;
+use sluice_model::model::GgufInfo;
 use sluice_model::{DType, KvCacheSize, LoadFormat, ModelExecutor, ModelSpec};
+use sluice_sim::StepTimeModel;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -163,7 +168,10 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
 /// engine thread starts (a command may adjust `config` first).
 pub struct PreparedEngine {
     pub config: EngineConfig,
-    pub executor: ModelExecutor,
+    pub executor: Box<dyn Executor>,
+    /// The clock a self-pacing executor (the simulated one) reads the step
+    /// start from; the engine marks it.
+    pub step_clock: Option<StepClock>,
     pub tokenizer: Arc<Tokenizer>,
     /// A name for the model (its directory's name, or the built-in's).
     pub model_name: String,
@@ -182,19 +190,27 @@ impl PreparedEngine {
         self,
         sink: Option<Box<dyn sluice_engine::KvEventSink>>,
     ) -> Result<Engine> {
-        let tokenizer = self.tokenizer;
-        let executor = Box::new(self.executor);
-        match sink {
-            None => Engine::start(self.config, executor, tokenizer),
-            Some(sink) => Engine::start_with_kv_event_sink(self.config, executor, tokenizer, sink),
-        }
-        .map_err(|e| {
-            let message = flag_error(&e);
-            match e {
-                sluice_engine::EngineError::Invalid(_) => bad_config(message),
-                _ => anyhow::anyhow!(message),
-            }
+        self.start_with_options(StartOptions {
+            kv_event_sink: sink,
+            ..StartOptions::default()
         })
+    }
+
+    /// [`PreparedEngine::start`] with `options` (the step clock is added
+    /// when the executor has one).
+    pub fn start_with_options(self, mut options: StartOptions) -> Result<Engine> {
+        if options.step_clock.is_none() {
+            options.step_clock = self.step_clock;
+        }
+        Engine::start_with_options(self.config, self.executor, self.tokenizer, options).map_err(
+            |e| {
+                let message = flag_error(&e);
+                match e {
+                    sluice_engine::EngineError::Invalid(_) => bad_config(message),
+                    _ => anyhow::anyhow!(message),
+                }
+            },
+        )
     }
 }
 
@@ -248,6 +264,162 @@ fn gguf_model_name(path: &std::path::Path) -> String {
 
 /// Loads the model and tokenizer and builds the engine configuration.
 pub fn prepare_engine(model: &ModelArgs, sched: &SchedulerArgs) -> Result<PreparedEngine> {
+    prepare(model, sched, None)
+}
+
+/// `serve --executor simulated`: the model's config and tokenizer (never
+/// its weights: a hub model downloads without them, a directory's weight
+/// files are not read, a GGUF file is mapped for its metadata only) and a
+/// `SimulatedExecutor` timed by `sim`'s profile.
+pub fn prepare_simulated_engine(
+    model: &ModelArgs,
+    sched: &SchedulerArgs,
+    sim: &Simulation,
+) -> Result<PreparedEngine> {
+    prepare(model, sched, Some(sim))
+}
+
+/// What `serve --executor simulated` runs on.
+#[derive(Clone, Debug)]
+pub struct Simulation {
+    /// `--profile`: a built-in hardware name or a profile JSON file.
+    pub profile: String,
+    /// `--tensor-parallel-size`: GPUs the simulated model is split over.
+    pub tensor_parallel_size: usize,
+}
+
+/// The fraction of the profile's memory the simulated KV cache and weights
+/// may use (vLLM 0.33's `--gpu-memory-utilization` default, `config/cache.py`).
+const SIMULATED_GPU_MEMORY_UTILIZATION: f64 = 0.92;
+
+/// Most KV blocks a simulated cache gets from a profile's memory (16 Mi
+/// tokens at block size 16: more than a real deployment of a small model
+/// holds, and the scheduler's per-block bookkeeping stays in the tens of
+/// MiB). `--num-gpu-blocks-override` is not capped.
+pub const MAX_SIMULATED_KV_BLOCKS: usize = 1 << 20;
+
+/// The step-time model `--profile SPEC` gives `shape` on `tp` GPUs, and
+/// the memory of one GPU (bytes).
+///
+/// Interim, until `sluice_sim::profile` lands: SPEC is a built-in hardware
+/// name (`sluice_sim::Hardware::builtin`: a100-80gb, h100-sxm, h200, l40s,
+/// b200) or a JSON file holding a `sluice_sim::Hardware`, and the model is
+/// the roofline on it; tensor parallelism is refused. With the profile
+/// module this body becomes
+/// `let p = Profile::load(spec)?; Ok((p.step_model(Some(shape), tp)?, p.memory_bytes()))`.
+pub fn load_profile(
+    spec: &str,
+    shape: &sluice_sim::ModelShape,
+    tensor_parallel_size: usize,
+) -> Result<(Box<dyn StepTimeModel + Send + Sync>, f64)> {
+    let hardware = match sluice_sim::Hardware::builtin(spec) {
+        Some(h) => h,
+        None => {
+            let path = std::path::Path::new(spec);
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                bad_config(format!(
+                    "--profile {spec}: not a built-in hardware profile (a100-80gb, h100-sxm, \
+                     h200, l40s, b200), and cannot read it as a file: {e}"
+                ))
+            })?;
+            serde_json::from_str::<sluice_sim::Hardware>(&text)
+                .map_err(|e| bad_config(format!("--profile {spec}: {e}")))?
+        }
+    };
+    if tensor_parallel_size != 1 {
+        return Err(bad_config(
+            "--tensor-parallel-size: only 1 is simulated by this build's profiles",
+        ));
+    }
+    let memory = hardware.memory_bytes;
+    Ok((
+        Box::new(sluice_sim::Roofline::new(*shape, hardware)),
+        memory,
+    ))
+}
+
+/// The simulator's view of a model config (bf16 weights and KV cache).
+pub fn model_shape(config: &sluice_model::config::ModelConfig) -> sluice_sim::ModelShape {
+    sluice_sim::ModelShape {
+        hidden: config.hidden_size,
+        layers: config.num_hidden_layers,
+        heads: config.num_attention_heads,
+        kv_heads: config.num_key_value_heads,
+        head_dim: config.head_dim,
+        intermediate: config.intermediate_size,
+        vocab: config.vocab_size,
+        bytes_per_param: 2,
+    }
+}
+
+/// KV blocks of a simulated cache: the profile's memory on `tp` GPUs at
+/// vLLM's default utilization, less the bf16 weights, in blocks of the
+/// model's bf16 KV; at most `MAX_SIMULATED_KV_BLOCKS`.
+pub fn simulated_kv_blocks(
+    config: &sluice_model::config::ModelConfig,
+    block_size: usize,
+    memory_bytes_per_gpu: f64,
+    tp: usize,
+) -> Result<usize> {
+    let weights = config.num_parameters() as f64 * 2.0;
+    let usable = memory_bytes_per_gpu * SIMULATED_GPU_MEMORY_UTILIZATION * tp as f64;
+    let per_block = (2
+        * config.num_hidden_layers
+        * config.num_key_value_heads
+        * config.head_dim
+        * 2
+        * block_size) as f64;
+    let blocks = (usable - weights) / per_block.max(1.0);
+    // NaN (a profile without memory) is refused too.
+    if blocks.is_nan() || blocks < 2.0 {
+        return Err(bad_config(format!(
+            "--profile: the model's bf16 weights ({:.1} GB) leave no room for a KV cache in \
+             {:.1} GB × {tp} GPU(s) at {SIMULATED_GPU_MEMORY_UTILIZATION} utilization \
+             (raise --tensor-parallel-size or give --num-gpu-blocks-override)",
+            weights / 1e9,
+            memory_bytes_per_gpu / 1e9
+        )));
+    }
+    Ok((blocks as usize).min(MAX_SIMULATED_KV_BLOCKS))
+}
+
+/// A model's configs and where they came from, without its weights.
+fn read_model_meta(
+    resolved: Option<&crate::hub::ResolvedModel>,
+    builtin: Option<&str>,
+) -> Result<(ModelConfig, GenerationConfig, Option<GgufInfo>)> {
+    match (resolved, builtin) {
+        (Some(r), _) if sluice_model::gguf::is_gguf_model(&r.path) => {
+            let file = sluice_model::gguf::resolve(&r.path)?;
+            let g = sluice_model::gguf::GgufModel::open(&file)?;
+            let info = GgufInfo {
+                path: file,
+                vocab: g.vocab,
+                sampling_defaults: g.sampling_defaults,
+            };
+            Ok((g.config, g.generation, Some(info)))
+        }
+        (Some(r), _) => {
+            if !r.path.is_dir() {
+                anyhow::bail!("model directory {} does not exist", r.path.display());
+            }
+            let config = ModelConfig::from_file(&r.path.join("config.json"))?;
+            let generation = GenerationConfig::load(&r.path, &config)?;
+            Ok((config, generation, None))
+        }
+        (None, Some(name)) => {
+            let (config, generation) = sluice_model::builtin::config(name)?;
+            Ok((config, generation, None))
+        }
+        (None, None) => anyhow::bail!("no model given"),
+    }
+}
+
+fn prepare(
+    model: &ModelArgs,
+    sched: &SchedulerArgs,
+    sim: Option<&Simulation>,
+) -> Result<PreparedEngine> {
     if let Some(n) = model.threads {
         sluice_model::kernels::set_num_threads(n as usize);
     }
@@ -258,7 +430,7 @@ pub fn prepare_engine(model: &ModelArgs, sched: &SchedulerArgs) -> Result<Prepar
             m,
             model.revision.as_deref(),
             model.gguf_file.as_deref(),
-            model.load_format != LoadFormat::Dummy,
+            model.load_format != LoadFormat::Dummy && sim.is_none(),
         )?),
         None => None,
     };
@@ -267,7 +439,12 @@ pub fn prepare_engine(model: &ModelArgs, sched: &SchedulerArgs) -> Result<Prepar
         (None, None) => {
             eprintln!(
                 "sluice: no --model given: running the built-in {DEFAULT_BUILTIN:?} model \
-                 (dummy weights, byte-level tokenizer)"
+                 ({}, byte-level tokenizer)",
+                if sim.is_some() {
+                    "simulated"
+                } else {
+                    "dummy weights"
+                }
             );
             Some(DEFAULT_BUILTIN.to_string())
         }
@@ -287,15 +464,32 @@ pub fn prepare_engine(model: &ModelArgs, sched: &SchedulerArgs) -> Result<Prepar
         seed: model.model_seed,
         quantization: model.quantization,
     };
+    let label = || match &resolved {
+        Some(r) => model_label(r),
+        None => format!("--builtin {}", builtin.as_deref().unwrap_or_default()),
+    };
     // A model that cannot be loaded (a missing tensor, a wrong shape, an
     // unsupported type or architecture) is bad input: exit status 2.
-    let loaded = sluice_model::load_model(&spec)
-        .with_context(|| match &resolved {
-            Some(r) => model_label(r),
-            None => format!("--builtin {}", builtin.as_deref().unwrap_or_default()),
-        })
-        .map_err(config_error)?;
-    let tokenizer = match (&resolved, &loaded.gguf) {
+    let (loaded, model_config, generation_config, gguf) = match sim {
+        None => {
+            let loaded = sluice_model::load_model(&spec)
+                .with_context(label)
+                .map_err(config_error)?;
+            let (c, g, info) = (
+                loaded.config.clone(),
+                loaded.generation_config.clone(),
+                loaded.gguf.clone(),
+            );
+            (Some(loaded), c, g, info)
+        }
+        Some(_) => {
+            let (c, g, info) = read_model_meta(resolved.as_ref(), builtin.as_deref())
+                .with_context(label)
+                .map_err(config_error)?;
+            (None, c, g, info)
+        }
+    };
+    let tokenizer = match (&resolved, &gguf) {
         (Some(r), Some(gguf)) => {
             for line in &gguf.sampling_defaults {
                 eprintln!(
@@ -326,8 +520,7 @@ pub fn prepare_engine(model: &ModelArgs, sched: &SchedulerArgs) -> Result<Prepar
         ) => id.clone(),
         // A GGUF file: its name without `.gguf` (and without a split
         // suffix), e.g. `SmolLM2-135M-Instruct.Q4_1`.
-        (Some(_), _) if loaded.gguf.is_some() => loaded
-            .gguf
+        (Some(_), _) if gguf.is_some() => gguf
             .as_ref()
             .map(|g| gguf_model_name(&g.path))
             .unwrap_or_default(),
@@ -343,11 +536,11 @@ pub fn prepare_engine(model: &ModelArgs, sched: &SchedulerArgs) -> Result<Prepar
     let enable_chunked_prefill = !sched.no_enable_chunked_prefill;
     let max_model_len = sched
         .max_model_len
-        .unwrap_or(loaded.config.max_position_embeddings);
-    if max_model_len > loaded.config.max_position_embeddings {
+        .unwrap_or(model_config.max_position_embeddings);
+    if max_model_len > model_config.max_position_embeddings {
         return Err(bad_config(format!(
             "--max-model-len: {max_model_len} is larger than the model's max_position_embeddings ({})",
-            loaded.config.max_position_embeddings
+            model_config.max_position_embeddings
         )));
     }
     let max_num_batched_tokens =
@@ -372,9 +565,40 @@ pub fn prepare_engine(model: &ModelArgs, sched: &SchedulerArgs) -> Result<Prepar
         Some(n) => format!("--num-gpu-blocks-override {n}"),
         None => "--kv-cache-memory".to_string(),
     };
-    let executor = ModelExecutor::new(&loaded, sched.block_size, kv_size, model.model_seed)
-        .context(kv_flag)
-        .map_err(config_error)?;
+    let eos_ids: Vec<TokenId> = tokenizer
+        .eos_token_id()
+        .into_iter()
+        .chain(generation_config.eos_token_ids.iter().copied())
+        .collect();
+    let (executor, step_clock): (Box<dyn Executor>, Option<StepClock>) = match (sim, &loaded) {
+        (Some(sim), _) => {
+            let shape = model_shape(&model_config);
+            let tp = sim.tensor_parallel_size;
+            let (step_model, memory) = load_profile(&sim.profile, &shape, tp)?;
+            let blocks = match sched.num_gpu_blocks_override {
+                Some(n) => n,
+                None => simulated_kv_blocks(&model_config, sched.block_size, memory, tp)?,
+            };
+            // Token ids the tokenizer can decode and the model could emit.
+            let vocab = model_config.vocab_size.min(tokenizer.vocab_size());
+            let exec = SimulatedExecutor::new(step_model, blocks, vocab, model.model_seed)
+                .with_excluded_tokens(eos_ids);
+            let clock = exec.step_clock();
+            eprintln!(
+                "sluice: simulated executor: no weights loaded; steps take the time --profile {} \
+                 predicts (tensor parallel {tp}), {blocks} KV blocks",
+                sim.profile
+            );
+            (Box::new(exec), Some(clock))
+        }
+        (None, Some(loaded)) => {
+            let exec = ModelExecutor::new(loaded, sched.block_size, kv_size, model.model_seed)
+                .context(kv_flag)
+                .map_err(config_error)?;
+            (Box::new(exec), None)
+        }
+        (None, None) => anyhow::bail!("internal: no model loaded"),
+    };
     let scheduler = SchedulerConfig {
         max_num_seqs: sched.max_num_seqs,
         max_num_batched_tokens,
@@ -388,11 +612,12 @@ pub fn prepare_engine(model: &ModelArgs, sched: &SchedulerArgs) -> Result<Prepar
         hash_seed: hash_seed_from_env().map_err(bad_config)?,
         ..SchedulerConfig::default()
     };
-    let config = EngineConfig::new(scheduler)
-        .with_model_eos(&tokenizer, &loaded.generation_config.eos_token_ids);
+    let config =
+        EngineConfig::new(scheduler).with_model_eos(&tokenizer, &generation_config.eos_token_ids);
     Ok(PreparedEngine {
         config,
         executor,
+        step_clock,
         tokenizer: Arc::new(tokenizer),
         model_name,
     })
@@ -401,6 +626,31 @@ pub fn prepare_engine(model: &ModelArgs, sched: &SchedulerArgs) -> Result<Prepar
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn simulated_kv_blocks_come_from_the_profiles_memory() {
+        let (config, _) = sluice_model::builtin::config("qwen2.5-0.5b").unwrap();
+        let weights = config.num_parameters() as f64 * 2.0;
+        // Per block of 16: K and V × 24 layers × 2 KV heads × 64 × 2 bytes.
+        let per_block = (2 * 24 * 2 * 64 * 2 * 16) as f64;
+        let memory = 8e9;
+        let blocks = simulated_kv_blocks(&config, 16, memory, 1).unwrap();
+        assert_eq!(blocks, ((memory * 0.92 - weights) / per_block) as usize);
+        // Two GPUs: twice the memory, the same weights.
+        let two = simulated_kv_blocks(&config, 16, memory, 2).unwrap();
+        assert_eq!(two, ((2.0 * memory * 0.92 - weights) / per_block) as usize);
+        assert_eq!(
+            simulated_kv_blocks(&config, 16, 1e15, 1).unwrap(),
+            MAX_SIMULATED_KV_BLOCKS
+        );
+        let e = simulated_kv_blocks(&config, 16, 5e8, 1).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("--num-gpu-blocks-override"),
+            "{e:#}"
+        );
+        let shape = model_shape(&config);
+        assert_eq!(shape, sluice_sim::ModelShape::QWEN2_5_0_5B);
+    }
 
     #[test]
     fn sizes_parse_with_units() {

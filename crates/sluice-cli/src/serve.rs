@@ -1,10 +1,18 @@
 //! `sluice serve`: the OpenAI-compatible HTTP server.
+//!
+//! Besides the model, two ways to study serving: `--step-log PATH` writes
+//! one JSON line per engine step (`sluice_sim::steplog::StepRecord`: its
+//! shape and times, for `sluice simulate fit`), and `--executor simulated
+//! --profile P` serves with the model replaced by a step-time model (the
+//! real server, engine and scheduler; random tokens, no weights loaded).
 
 use crate::exit::{bad_config, config_error, exit_code};
-use crate::options::{parse_size, prepare_engine, ModelArgs, SchedulerArgs};
+use crate::options::{
+    parse_size, prepare_engine, prepare_simulated_engine, ModelArgs, SchedulerArgs, Simulation,
+};
 use anyhow::{Context, Result};
 use clap::Args;
-use sluice_engine::RequestLimits;
+use sluice_engine::{RequestLimits, StartOptions, StepLog};
 use sluice_kv_events::{KvEventBatch, KvEventsConfig, PublisherError, ZmqEventPublisher};
 use sluice_server::access::Cors;
 use sluice_server::conn::Timeouts;
@@ -14,12 +22,49 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+/// What computes the tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExecutorKind {
+    /// The model's forward pass (its weights loaded).
+    Model,
+    /// No weights: each step sleeps the time --profile predicts for it and
+    /// returns random tokens.
+    Simulated,
+}
+
 #[derive(Args)]
 pub struct ServeArgs {
     #[command(flatten)]
     model: ModelArgs,
     #[command(flatten)]
     scheduler: SchedulerArgs,
+    /// What runs the steps: model (the model's forward pass) or simulated
+    /// (the real server, engine and scheduler with the forward pass
+    /// replaced by the step time --profile predicts; --model gives only the
+    /// config, tokenizer and chat template, its weights are never loaded;
+    /// tokens are random ids, never an EOS or stop id, so requests end at
+    /// max_tokens; seeded by --model-seed and each request's seed or id).
+    /// KV blocks: --num-gpu-blocks-override, else the profile's memory at
+    /// 0.92 utilization (vLLM's default) less the bf16 weights (at most 1Mi blocks).
+    #[arg(long, value_name = "KIND", default_value = "model")]
+    executor: ExecutorKind,
+    /// The step-time profile of --executor simulated: a built-in hardware
+    /// name (a100-80gb, h100-sxm, h200, l40s, b200: a roofline of the
+    /// model on it) or a profile JSON file.
+    #[arg(long, value_name = "NAME|FILE.json")]
+    profile: Option<String>,
+    /// GPUs the simulated model is split over (--executor simulated).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    tensor_parallel_size: usize,
+    /// Write one JSON line per engine step that scheduled tokens to PATH
+    /// (truncated first): the step's rows [new_tokens, context_before,
+    /// samples], its token sums, and its wall times (forward_s: the
+    /// forward pass; step_s: the whole engine step), as `sluice simulate
+    /// fit` reads them. Buffered; flushed every 256 lines, each second
+    /// while busy, when idle and at shutdown. Steps that scheduled nothing
+    /// are not written (their step numbers are skipped).
+    #[arg(long, value_name = "PATH")]
+    step_log: Option<PathBuf>,
     /// Address to listen on.
     #[arg(long, default_value = "0.0.0.0")]
     host: IpAddr,
@@ -188,6 +233,32 @@ pub fn run(args: ServeArgs) -> ExitCode {
     }
 }
 
+/// The simulation `--executor` / `--profile` / `--tensor-parallel-size`
+/// ask for (`None`: the model runs), or the flag that is wrong.
+fn simulation(args: &ServeArgs) -> Result<Option<Simulation>> {
+    if args.tensor_parallel_size == 0 {
+        return Err(bad_config("--tensor-parallel-size: must be at least 1"));
+    }
+    match (args.executor, &args.profile) {
+        (ExecutorKind::Simulated, Some(profile)) => Ok(Some(Simulation {
+            profile: profile.clone(),
+            tensor_parallel_size: args.tensor_parallel_size,
+        })),
+        (ExecutorKind::Simulated, None) => Err(bad_config(
+            "--executor simulated needs --profile (a built-in hardware name such as h100-sxm, \
+             or a profile JSON file)",
+        )),
+        (ExecutorKind::Model, Some(_)) => {
+            Err(bad_config("--profile applies to --executor simulated only"))
+        }
+        (ExecutorKind::Model, None) if args.tensor_parallel_size != 1 => Err(bad_config(
+            "--tensor-parallel-size: the model executor runs on one device; only \
+             --executor simulated simulates more",
+        )),
+        (ExecutorKind::Model, None) => Ok(None),
+    }
+}
+
 fn serve_blocking(args: ServeArgs) -> Result<()> {
     // Checked before the model loads: a typo should not cost a load.
     let kv_events = args
@@ -196,7 +267,22 @@ fn serve_blocking(args: ServeArgs) -> Result<()> {
         .map(KvEventsConfig::from_json)
         .transpose()
         .map_err(|e| bad_config(format!("--kv-events-config: {e}")))?;
-    let mut prepared = prepare_engine(&args.model, &args.scheduler)?;
+    let sim = simulation(&args)?;
+    let step_log = match &args.step_log {
+        Some(path) => {
+            let log = StepLog::create(path).map_err(|e| bad_config(format!("--step-log: {e}")))?;
+            eprintln!(
+                "sluice: writing one line per engine step to {}",
+                path.display()
+            );
+            Some(log)
+        }
+        None => None,
+    };
+    let mut prepared = match &sim {
+        Some(sim) => prepare_simulated_engine(&args.model, &args.scheduler, sim)?,
+        None => prepare_engine(&args.model, &args.scheduler)?,
+    };
     let config = &mut prepared.config;
     if let Some(kv) = &kv_events {
         config.scheduler.enable_kv_cache_events = kv.enable_kv_cache_events;
@@ -244,7 +330,11 @@ fn serve_blocking(args: ServeArgs) -> Result<()> {
         Some(kv) => Some(kv_event_sink(&kv)?),
         None => None,
     };
-    let engine = prepared.start_with_kv_event_sink(sink)?;
+    let engine = prepared.start_with_options(StartOptions {
+        kv_event_sink: sink,
+        step_log,
+        step_clock: None,
+    })?;
     // The HTTP side only parses, validates and forwards: two worker threads
     // are plenty, and the model's kernel threads keep the cores.
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -5,7 +5,11 @@
 //! One `step()`: take the commands that arrived (new requests, aborts,
 //! shutdown), `schedule()` → `execute()` → `update_from_output()`, then
 //! route each request's new tokens through its detokenizer and stop strings
-//! to its stream.
+//! to its stream. With a step log, each step that scheduled tokens is
+//! written as one `StepRecord` line: its shape right after `schedule()`,
+//! `execute()`'s wall time (`forward_s`) and the whole step's (`step_s`:
+//! from taking the commands to publishing the stats, so a simulator that
+//! advances its clock by `step_s` per step keeps serving's pace).
 //!
 //! Ownership (TGI style): a request's resources are released by one
 //! function, `finish_child`, whatever ends it — EOS / stop / length from the
@@ -15,17 +19,20 @@
 
 use crate::engine::{Command, Engine, EngineConfig, PendingRequest, Shared, ShutdownMode};
 use crate::error::EngineError;
-use crate::executor::Executor;
+use crate::executor::{Executor, StepClock};
 use crate::kv_events::{unix_time, KvEventSink};
 use crate::output::CompletionText;
 use crate::request::{Finished, RequestOutput, StopReason};
 use crate::stats::{AdmissionCounters, EngineStats, FinishedRequestStats, StatsCollector};
+use crate::step_log::StepLog;
 use crate::stream::output_cost;
 use sluice_core::GrammarBitmask;
 use sluice_core::{
     FinishReason, ModelRunnerOutput, NewRequest, RequestId, RequestStatus, SampleLogprobs,
     Scheduler, SchedulerOutput, StopReason as CoreStopReason, TokenId,
 };
+use sluice_sim::steplog::StepRecord;
+use sluice_sim::StepShape;
 use sluice_structured::{GrammarMatcher, PendingGrammar};
 use sluice_tokenizer::Tokenizer;
 use std::collections::{HashMap, HashSet};
@@ -112,6 +119,15 @@ pub struct EngineCore {
     grammar_bitmask: Option<GrammarBitmask>,
     /// Where each step's KV cache events go (`None`: they are discarded).
     kv_events: Option<Box<dyn KvEventSink>>,
+    /// One line per step that scheduled tokens (`None`: no log).
+    step_log: Option<StepLog>,
+    /// The step being run, for the log: filled by `run_step`, finished
+    /// and written by `step`.
+    step_record: Option<StepRecord>,
+    /// Steps run (`schedule()` calls), logged or not.
+    num_steps: u64,
+    /// Marked at each step's start, for a self-pacing executor.
+    step_clock: Option<StepClock>,
 }
 
 impl EngineCore {
@@ -186,6 +202,10 @@ impl EngineCore {
             pending_grammars: Vec::new(),
             grammar_bitmask: None,
             kv_events: None,
+            step_log: None,
+            step_record: None,
+            num_steps: 0,
+            step_clock: None,
         };
         Ok((core, engine))
     }
@@ -211,6 +231,19 @@ impl EngineCore {
         self.kv_events = Some(sink);
     }
 
+    /// Writes one line per step that scheduled tokens to `log` from now on
+    /// (see [`crate::step_log`]).
+    pub fn set_step_log(&mut self, log: StepLog) {
+        self.step_log = Some(log);
+    }
+
+    /// Marks `clock` at the start of every step from now on (for an
+    /// executor that paces itself by the step start, as
+    /// `SimulatedExecutor` does).
+    pub fn set_step_clock(&mut self, clock: StepClock) {
+        self.step_clock = Some(clock);
+    }
+
     pub fn scheduler(&self) -> &Scheduler {
         &self.scheduler
     }
@@ -223,13 +256,23 @@ impl EngineCore {
     /// schedule → execute → update step if there is work. Never blocks.
     /// Returns whether a step ran.
     pub fn step(&mut self) -> bool {
+        let start = Instant::now();
         self.drain_commands();
         if self.shutdown == Some(ShutdownMode::Abort) || !self.has_work() {
             self.publish();
             return false;
         }
-        self.run_step();
+        if let Some(clock) = &self.step_clock {
+            clock.mark_at(start);
+        }
+        self.run_step(start);
         self.publish();
+        if let Some(mut record) = self.step_record.take() {
+            record.step_s = start.elapsed().as_secs_f64();
+            if let Some(log) = self.step_log.as_mut() {
+                log.write(&record);
+            }
+        }
         true
     }
 
@@ -238,6 +281,10 @@ impl EngineCore {
     pub fn run(mut self) {
         while !self.is_done() {
             if !self.has_work() {
+                // Idle: what the log holds goes out before the wait.
+                if let Some(log) = self.step_log.as_mut() {
+                    log.flush();
+                }
                 match self.commands.recv() {
                     Ok(cmd) => self.handle(cmd),
                     Err(_) => self.disconnected = true,
@@ -257,6 +304,9 @@ impl EngineCore {
         }
         self.fail_all(FinishReason::Abort, None);
         self.publish();
+        if let Some(log) = self.step_log.as_mut() {
+            log.flush();
+        }
         self.shared.mark_stopped();
     }
 
@@ -501,11 +551,25 @@ impl EngineCore {
         }
     }
 
-    fn run_step(&mut self) {
+    fn run_step(&mut self, start: Instant) {
         if !self.pending_grammars.is_empty() {
             self.poll_grammars();
         }
         let mut sched_out = self.scheduler.schedule();
+        let step_index = self.num_steps;
+        self.num_steps += 1;
+        // The shape as the scheduler saw it, before the update moves on;
+        // steps without tokens stay out of the log (see `step_log`).
+        let mut record = match &self.step_log {
+            Some(log) if log.is_active() && sched_out.total_num_scheduled_tokens > 0 => {
+                let shape = StepShape::from_output(&sched_out, &self.scheduler);
+                let mut r = StepRecord::from_shape(&shape, self.shared.config.scheduler.block_size);
+                r.step = step_index;
+                r.t_s = start.saturating_duration_since(self.started).as_secs_f64();
+                Some(r)
+            }
+            _ => None,
+        };
         self.fill_grammar_bitmask(&mut sched_out);
         // The admission limit's count, exact again now that the requests
         // taken this step are either scheduled or waiting (not only after
@@ -530,7 +594,12 @@ impl EngineCore {
                 c.num_preemptions += 1;
             }
         }
-        let runner_out = match self.executor.execute(&sched_out) {
+        let forward_start = Instant::now();
+        let result = self.executor.execute(&sched_out);
+        if let Some(r) = record.as_mut() {
+            r.forward_s = forward_start.elapsed().as_secs_f64();
+        }
+        let runner_out = match result {
             Ok(out) => out,
             Err(e) => {
                 // The model failed: every request in flight fails with it
@@ -560,6 +629,7 @@ impl EngineCore {
             self.route(&sched_out, &runner_out, out);
         }
         self.stats.end_step(had_outputs);
+        self.step_record = record;
     }
 
     fn collect_prompt_logprobs(&mut self, runner_out: &ModelRunnerOutput) {

@@ -9,11 +9,12 @@
 
 use crate::core::EngineCore;
 use crate::error::EngineError;
-use crate::executor::Executor;
+use crate::executor::{Executor, StepClock};
 use crate::kv_events::KvEventSink;
 use crate::limits::{check_token_ids, queued_tokens, RequestLimits};
 use crate::request::{GenerateRequest, RequestOutput};
 use crate::stats::{AdmissionCounters, EngineStats};
+use crate::step_log::StepLog;
 use crate::stop::StopStrings;
 use crate::stream::RequestStream;
 use sluice_core::{FieldError, SamplingParams, SchedulerConfig, TokenId};
@@ -71,6 +72,20 @@ impl EngineConfig {
         self.extra_eos_token_ids = generation_eos.to_vec();
         self
     }
+}
+
+/// What `Engine::start_with_options` adds to the step loop.
+#[derive(Default)]
+pub struct StartOptions {
+    /// Where each step's KV cache events go (see [`crate::kv_events`]; the
+    /// scheduler records them only with
+    /// `SchedulerConfig::enable_kv_cache_events`).
+    pub kv_event_sink: Option<Box<dyn KvEventSink>>,
+    /// One line per step that scheduled tokens (see [`crate::step_log`]).
+    pub step_log: Option<StepLog>,
+    /// Marked at each step's start, for an executor that paces itself by
+    /// it (`SimulatedExecutor::step_clock`).
+    pub step_clock: Option<StepClock>,
 }
 
 /// How `shutdown` treats requests in flight.
@@ -239,7 +254,7 @@ impl Engine {
         executor: Box<dyn Executor>,
         tokenizer: Arc<Tokenizer>,
     ) -> Result<Engine, EngineError> {
-        Self::start_with(config, executor, tokenizer, None)
+        Self::start_with_options(config, executor, tokenizer, StartOptions::default())
     }
 
     /// [`Engine::start`], with each step's KV cache events sent to `sink`
@@ -251,18 +266,29 @@ impl Engine {
         tokenizer: Arc<Tokenizer>,
         sink: Box<dyn KvEventSink>,
     ) -> Result<Engine, EngineError> {
-        Self::start_with(config, executor, tokenizer, Some(sink))
+        let options = StartOptions {
+            kv_event_sink: Some(sink),
+            ..StartOptions::default()
+        };
+        Self::start_with_options(config, executor, tokenizer, options)
     }
 
-    fn start_with(
+    /// [`Engine::start`] with what `options` adds to the loop.
+    pub fn start_with_options(
         config: EngineConfig,
         executor: Box<dyn Executor>,
         tokenizer: Arc<Tokenizer>,
-        sink: Option<Box<dyn KvEventSink>>,
+        options: StartOptions,
     ) -> Result<Engine, EngineError> {
         let (mut core, engine) = EngineCore::new(config, executor, tokenizer)?;
-        if let Some(sink) = sink {
+        if let Some(sink) = options.kv_event_sink {
             core.set_kv_event_sink(sink);
+        }
+        if let Some(log) = options.step_log {
+            core.set_step_log(log);
+        }
+        if let Some(clock) = options.step_clock {
+            core.set_step_clock(clock);
         }
         let shared = engine.inner.shared.clone();
         let thread = std::thread::Builder::new()

@@ -13,8 +13,10 @@
 //!   by `Engine::start`, or driven step by step.
 //! - [`Executor`]: what computes tokens (the trait is sluice-core's, so the
 //!   engine depends on no model crate); [`ScriptedExecutor`] is a
-//!   deterministic fake model for tests, and sluice-model's `ModelExecutor`
-//!   wraps its `ModelRunner`.
+//!   deterministic fake model for tests, [`SimulatedExecutor`] paces random
+//!   tokens by a step-time model (`serve --executor simulated`), and
+//!   sluice-model's `ModelExecutor` wraps its `ModelRunner`.
+//! - [`StepLog`]: one JSON line per engine step (`serve --step-log`).
 //!
 //! Typical use from an async server:
 //!
@@ -43,13 +45,14 @@ pub mod limits;
 pub mod output;
 pub mod request;
 pub mod stats;
+pub mod step_log;
 pub mod stop;
 pub mod stream;
 
 pub use crate::core::EngineCore;
-pub use engine::{Engine, EngineConfig, ShutdownMode};
+pub use engine::{Engine, EngineConfig, ShutdownMode, StartOptions};
 pub use error::EngineError;
-pub use executor::{Executor, ScriptedExecutor, SeqView};
+pub use executor::{Executor, ScriptedExecutor, SeqView, SimulatedExecutor, StepClock};
 pub use kv_events::KvEventSink;
 pub use limits::RequestLimits;
 pub use request::{Finished, GenerateRequest, RequestOutput, StopReason, Usage};
@@ -59,4 +62,5 @@ pub use sluice_core::{
 };
 pub use sluice_tokenizer::{ChatMessage, ChatTemplateError, Tokenizer};
 pub use stats::{EngineStats, FinishCounts, Histogram};
+pub use step_log::StepLog;
 pub use stream::RequestStream;

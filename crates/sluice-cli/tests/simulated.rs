@@ -1,0 +1,150 @@
+//! `sluice serve --executor simulated --profile P`: the real server and
+//! engine with the forward pass replaced by a step-time model. A completion
+//! runs to its max_tokens; its wall time is printed beside the profile's
+//! prediction (a benchmark figure; the only bound asserted is one sleeping
+//! cannot break: at least half the prediction). Bad flags exit 2, naming
+//! the flag or file.
+//!
+//! The profile here is a `sluice_sim::Hardware` JSON (the roofline on it),
+//! with a fixed 20 ms per step dwarfing the tiny model's compute.
+
+mod common;
+
+use common::spawn_serve;
+use sluice_sim::steplog::StepRecord;
+use sluice_sim::{Hardware, ModelShape, Roofline, StepTimeModel};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+const HW: Hardware = Hardware {
+    peak_flops: 1e15,
+    hbm_bandwidth: 1e12,
+    memory_bytes: 1e9,
+    matmul_efficiency: 1.0,
+    bandwidth_efficiency: 1.0,
+    step_overhead_s: 0.02,
+};
+
+/// The built-in tiny model's shape (sluice-model's `builtin::config("tiny")`).
+const TINY: ModelShape = ModelShape {
+    hidden: 128,
+    layers: 2,
+    heads: 4,
+    kv_heads: 2,
+    head_dim: 32,
+    intermediate: 256,
+    vocab: 384,
+    bytes_per_param: 2,
+};
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("sluice-sim-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn a_simulated_server_completes_requests_at_the_profiles_pace() {
+    let dir = temp_dir("serve");
+    let profile = dir.join("profile.json");
+    std::fs::write(&profile, serde_json::to_string(&HW).unwrap()).unwrap();
+    let log = dir.join("steps.jsonl");
+    let mut serve = spawn_serve(
+        &[
+            "--executor",
+            "simulated",
+            "--profile",
+            profile.to_str().unwrap(),
+            "--step-log",
+            log.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(
+        serve.log.iter().any(|l| l.contains("simulated executor")),
+        "{:?}",
+        serve.log
+    );
+    serve.drain_log();
+    let url = serve.url.clone();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let max_tokens = 12;
+    let t0 = Instant::now();
+    let body: serde_json::Value = rt.block_on(async {
+        reqwest::Client::new()
+            .post(format!("{url}/v1/completions"))
+            .json(&serde_json::json!({"prompt": "Simulate this", "max_tokens": max_tokens}))
+            .timeout(Duration::from_secs(60))
+            .send()
+            .await
+            .expect("request")
+            .json()
+            .await
+            .expect("json")
+    });
+    let elapsed = t0.elapsed().as_secs_f64();
+    // EOS is never sampled: the request ends at max_tokens.
+    assert_eq!(body["usage"]["completion_tokens"], max_tokens, "{body}");
+    assert_eq!(body["choices"][0]["finish_reason"], "length", "{body}");
+    assert!(serve.terminate_and_wait().success());
+    let recs: Vec<StepRecord> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(recs.len(), max_tokens);
+    let model = Roofline::new(TINY, HW);
+    let predicted: f64 = recs.iter().map(|r| model.step_time(&r.shape())).sum();
+    let stepped: f64 = recs.iter().map(|r| r.step_s).sum();
+    println!(
+        "simulated serve: {} steps, predicted {predicted:.4} s, engine steps {stepped:.4} s, \
+         request wall time {elapsed:.4} s ({:+.1}% over the prediction)",
+        recs.len(),
+        (elapsed / predicted - 1.0) * 100.0
+    );
+    assert!(
+        elapsed >= predicted * 0.5,
+        "{elapsed} < half of {predicted}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn serve_fails(extra: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["serve", "--port", "0", "--host", "127.0.0.1"])
+        .args(extra)
+        .output()
+        .expect("sluice runs");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{extra:?}: {err}");
+    assert!(!err.contains("serving"), "{err}");
+    err
+}
+
+#[test]
+fn bad_simulation_flags_exit_2_naming_the_flag_or_file() {
+    let err = serve_fails(&["--executor", "simulated"]);
+    assert!(err.contains("--profile"), "{err}");
+    let err = serve_fails(&[
+        "--executor",
+        "simulated",
+        "--profile",
+        "/no/such/profile.json",
+    ]);
+    assert!(err.contains("/no/such/profile.json"), "{err}");
+    let dir = temp_dir("bad");
+    let bad = dir.join("bad.json");
+    std::fs::write(&bad, "{\"peak_flops\": \"fast\"}").unwrap();
+    let err = serve_fails(&[
+        "--executor",
+        "simulated",
+        "--profile",
+        bad.to_str().unwrap(),
+    ]);
+    assert!(err.contains("bad.json"), "{err}");
+    let err = serve_fails(&["--profile", "h200"]);
+    assert!(err.contains("--executor simulated"), "{err}");
+    let err = serve_fails(&["--executor", "gpu"]);
+    assert!(err.contains("--executor"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

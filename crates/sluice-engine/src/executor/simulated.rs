@@ -1,0 +1,471 @@
+//! `SimulatedExecutor`: the model replaced by a step-time model, for
+//! `sluice serve --executor simulated` — the real server, engine loop and
+//! scheduler, with each forward pass a sleep of the time a
+//! `sluice_sim::StepTimeModel` predicts for it.
+//!
+//! Per step it builds the step's `StepShape` from the `SchedulerOutput`
+//! alone (`sluice_sim::step::ShapeTracker`, which equals the scheduler's
+//! own view), asks the model for the step's time, sleeps until the step
+//! start plus that time, and returns one token for every row that samples.
+//!
+//! - The step start is the engine's (`StepClock`, marked before
+//!   `schedule()`), so scheduling and bookkeeping count inside the
+//!   predicted time instead of on top of it; without a driven clock, the
+//!   start of `execute()`. A step that is already late does not sleep.
+//!   Steps that schedule no token do not sleep.
+//! - Tokens: uniform over `[0, vocab_size)`, never one of the excluded ids
+//!   (the model's EOS ids) nor the request's own EOS / stop token ids, so a
+//!   request ends at `max_tokens` (as llm-d-inference-sim's random mode
+//!   does) unless a stop string happens to match the random text. A
+//!   structured-output request samples uniformly among the tokens its
+//!   grammar bitmask allows (its stop ids only when nothing else is
+//!   allowed), so it ends when its grammar does.
+//! - Deterministic per request: each request's generator is seeded from the
+//!   executor's seed and the request's `seed` when it has one, else its
+//!   engine id (the engine numbers requests in arrival order).
+//! - Logprobs: a request that asks for them gets the sampled token with
+//!   the uniform distribution's logprob, rank 1, as its only top entry;
+//!   prompt logprobs are not produced.
+
+use super::Executor;
+use anyhow::{anyhow, bail, Result};
+use sluice_core::{
+    ModelRunnerOutput, RequestId, SampleLogprobs, SchedulerOutput, TokenId, TokenLogprob,
+};
+use sluice_sim::step::{ShapeTracker, StepTimeModel};
+use sluice_sim::Rng;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Below this much time left, the executor yields instead of sleeping:
+/// `thread::sleep` overshoots by tens of microseconds or more.
+const SPIN: Duration = Duration::from_micros(200);
+
+/// When the engine's current step started, shared by the engine loop (which
+/// marks it before `schedule()`) and an executor that paces itself.
+#[derive(Clone, Debug)]
+pub struct StepClock {
+    inner: Arc<ClockInner>,
+}
+
+#[derive(Debug)]
+struct ClockInner {
+    base: Instant,
+    /// Nanoseconds from `base` to the last mark.
+    nanos: AtomicU64,
+    /// Marks so far (tells a reader whether anyone drives the clock).
+    marks: AtomicU64,
+}
+
+impl Default for StepClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl StepClock {
+    pub fn new() -> StepClock {
+        StepClock {
+            inner: Arc::new(ClockInner {
+                base: Instant::now(),
+                nanos: AtomicU64::new(0),
+                marks: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// A step starts now.
+    pub fn mark(&self) {
+        self.mark_at(Instant::now());
+    }
+
+    /// A step started at `t`.
+    pub fn mark_at(&self, t: Instant) {
+        let nanos = t.saturating_duration_since(self.inner.base).as_nanos();
+        self.inner
+            .nanos
+            .store(u64::try_from(nanos).unwrap_or(u64::MAX), Ordering::Relaxed);
+        self.inner.marks.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The last mark and how many marks there have been.
+    fn last(&self) -> (Instant, u64) {
+        let nanos = self.inner.nanos.load(Ordering::Relaxed);
+        let marks = self.inner.marks.load(Ordering::Relaxed);
+        (self.inner.base + Duration::from_nanos(nanos), marks)
+    }
+}
+
+struct SimRequest {
+    rng: Rng,
+    /// The request's EOS and stop ids, with the executor's excluded ids:
+    /// sorted, deduplicated, all below the vocabulary size.
+    banned: Vec<TokenId>,
+    logprobs: Option<usize>,
+}
+
+/// A fake model that takes the time a step-time model says (see the module
+/// docs).
+pub struct SimulatedExecutor {
+    model: Box<dyn StepTimeModel + Send>,
+    num_kv_blocks: usize,
+    vocab_size: usize,
+    seed: u64,
+    excluded: Vec<TokenId>,
+    tracker: ShapeTracker,
+    reqs: HashMap<RequestId, SimRequest>,
+    clock: StepClock,
+    /// The clock's mark count at the previous `execute()`.
+    last_marks: u64,
+    predicted_s: f64,
+    steps: u64,
+}
+
+impl SimulatedExecutor {
+    /// A pool of `num_kv_blocks` blocks (null block included), tokens drawn
+    /// from `[0, vocab_size)`, generators seeded from `seed`.
+    pub fn new(
+        model: Box<dyn StepTimeModel + Send>,
+        num_kv_blocks: usize,
+        vocab_size: usize,
+        seed: u64,
+    ) -> Self {
+        SimulatedExecutor {
+            model,
+            num_kv_blocks,
+            vocab_size,
+            seed,
+            excluded: Vec::new(),
+            tracker: ShapeTracker::new(),
+            reqs: HashMap::new(),
+            clock: StepClock::new(),
+            last_marks: 0,
+            predicted_s: 0.0,
+            steps: 0,
+        }
+    }
+
+    /// Tokens never sampled for any request (the model's EOS ids).
+    pub fn with_excluded_tokens(mut self, ids: impl IntoIterator<Item = TokenId>) -> Self {
+        self.excluded = ids.into_iter().collect();
+        self
+    }
+
+    /// The clock the engine must mark at each step start
+    /// (`EngineCore::set_step_clock`) for the predicted time to include
+    /// scheduling.
+    pub fn step_clock(&self) -> StepClock {
+        self.clock.clone()
+    }
+
+    /// Σ of the predicted times of the steps run so far (seconds).
+    pub fn predicted_seconds(&self) -> f64 {
+        self.predicted_s
+    }
+
+    /// Steps run so far.
+    pub fn num_steps(&self) -> u64 {
+        self.steps
+    }
+
+    /// When this step started: the clock's mark if the engine marked it
+    /// since the last step, else `entered` (a clock nobody drives is stale).
+    fn step_start(&mut self, entered: Instant) -> Instant {
+        let (marked, marks) = self.clock.last();
+        let fresh = marks != self.last_marks && marked <= entered;
+        self.last_marks = marks;
+        if fresh {
+            marked
+        } else {
+            entered
+        }
+    }
+
+    fn add_request(&mut self, id: &RequestId, params: &sluice_core::SamplingParams) {
+        let request_seed = params.seed.unwrap_or_else(|| fnv1a(id.as_bytes()));
+        let vocab = self.vocab_size;
+        let mut banned: Vec<TokenId> = params
+            .all_stop_token_ids()
+            .chain(self.excluded.iter().copied())
+            .filter(|&t| (t as usize) < vocab)
+            .collect();
+        banned.sort_unstable();
+        banned.dedup();
+        self.reqs.insert(
+            id.clone(),
+            SimRequest {
+                rng: Rng::new(mix(self.seed, request_seed)),
+                banned,
+                logprobs: params.logprobs,
+            },
+        );
+    }
+
+    fn sample(&mut self, id: &RequestId, mask: Option<&[u32]>) -> Result<(TokenId, f32)> {
+        let vocab = self.vocab_size;
+        let req = self
+            .reqs
+            .get_mut(id)
+            .ok_or_else(|| anyhow!("scheduled request {id} is unknown"))?;
+        match mask {
+            None => {
+                let n = vocab.saturating_sub(req.banned.len());
+                if n == 0 {
+                    bail!("request {id}: every token id is an EOS or stop id");
+                }
+                let mut t = (req.rng.next_u64() % n as u64) as TokenId;
+                // The k-th id that is not banned: step over each banned id
+                // at or below it (they are sorted).
+                for &b in &req.banned {
+                    if b <= t {
+                        t += 1;
+                    } else {
+                        break;
+                    }
+                }
+                Ok((t, -(n as f32).ln()))
+            }
+            Some(mask) => {
+                let allowed = |t: usize| {
+                    mask.get(t / 32).is_some_and(|w| w & (1 << (t % 32)) != 0) && t < vocab
+                };
+                let count = |skip_banned: bool| {
+                    (0..vocab.min(mask.len() * 32))
+                        .filter(|&t| allowed(t))
+                        .filter(|&t| !skip_banned || req.banned.binary_search(&(t as u32)).is_err())
+                        .count()
+                };
+                // The grammar's stop tokens only when it allows nothing else.
+                let skip_banned = count(true) > 0;
+                let n = count(skip_banned);
+                if n == 0 {
+                    bail!("request {id}: its grammar allows no token");
+                }
+                let k = (req.rng.next_u64() % n as u64) as usize;
+                let t = (0..vocab.min(mask.len() * 32))
+                    .filter(|&t| allowed(t))
+                    .filter(|&t| !skip_banned || req.banned.binary_search(&(t as u32)).is_err())
+                    .nth(k)
+                    .ok_or_else(|| anyhow!("request {id}: no token {k} in its grammar's mask"))?;
+                Ok((t as TokenId, -(n as f32).ln()))
+            }
+        }
+    }
+}
+
+impl Executor for SimulatedExecutor {
+    fn num_kv_blocks(&self) -> usize {
+        self.num_kv_blocks
+    }
+
+    fn vocab_size(&self) -> Option<usize> {
+        Some(self.vocab_size)
+    }
+
+    fn execute(&mut self, so: &SchedulerOutput) -> Result<ModelRunnerOutput> {
+        let start = self.step_start(Instant::now());
+        for id in &so.finished_req_ids {
+            self.reqs.remove(id);
+        }
+        for n in &so.scheduled_new_reqs {
+            self.add_request(&n.req_id, &n.sampling_params);
+        }
+        let shape = self.tracker.observe(so);
+        let mut out = ModelRunnerOutput::with_capacity(shape.rows.len());
+        if shape.rows.is_empty() {
+            return Ok(out);
+        }
+        let masks: HashMap<&str, &[u32]> = so
+            .grammar_bitmask
+            .iter()
+            .flat_map(|m| {
+                m.req_ids
+                    .iter()
+                    .enumerate()
+                    .map(move |(i, id)| (&**id, m.row(i)))
+            })
+            .collect();
+        let mut logprobs = Vec::new();
+        let mut any_logprobs = false;
+        for (s, row) in so.num_scheduled_tokens.iter().zip(&shape.rows) {
+            if !row.samples {
+                out.push(&[]);
+                logprobs.push(None);
+                continue;
+            }
+            let mask = masks.get(&*s.req_id).copied();
+            let (token, logprob) = self.sample(&s.req_id, mask)?;
+            let lp = self.reqs.get(&s.req_id).and_then(|r| r.logprobs).map(|k| {
+                let t = TokenLogprob {
+                    token_id: token,
+                    logprob,
+                };
+                SampleLogprobs {
+                    sampled: t,
+                    rank: 1,
+                    top: vec![t; k.min(1)],
+                }
+            });
+            any_logprobs |= lp.is_some();
+            logprobs.push(lp);
+            out.push(&[token]);
+        }
+        if any_logprobs {
+            out.logprobs = Some(logprobs);
+        }
+        let dt = self.model.step_time(&shape);
+        if !dt.is_finite() || dt < 0.0 {
+            bail!("the step-time model gave {dt} s for a step (must be finite and ≥ 0)");
+        }
+        self.predicted_s += dt;
+        self.steps += 1;
+        sleep_until(start + Duration::from_secs_f64(dt.min(1e6)));
+        Ok(out)
+    }
+}
+
+/// Sleeps until `deadline` without overshooting it by more than a yield.
+fn sleep_until(deadline: Instant) {
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            return;
+        }
+        let left = deadline - now;
+        if left > SPIN {
+            std::thread::sleep(left - SPIN);
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// FNV-1a: a stable hash of a request id (std's hasher is seeded per
+/// process, so runs would differ).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// Two seeds into one (a SplitMix64 finalizer over their combination).
+fn mix(a: u64, b: u64) -> u64 {
+    let mut z = a ^ b.wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(31);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::request::NewRequest;
+    use sluice_core::{SamplingParams, Scheduler, SchedulerConfig};
+    use sluice_sim::ConstantStepTime;
+
+    fn run(exec: &mut SimulatedExecutor, params: SamplingParams, steps: usize) -> Vec<TokenId> {
+        let mut sched = Scheduler::new(SchedulerConfig {
+            num_gpu_blocks: 64,
+            ..SchedulerConfig::default()
+        })
+        .unwrap();
+        sched
+            .add_request(NewRequest {
+                id: "7".into(),
+                prompt_token_ids: vec![1, 2, 3],
+                sampling_params: Arc::new(params),
+                priority: 0,
+                arrival_time: 0.0,
+                cache_salt: None,
+                needs_grammar: false,
+            })
+            .unwrap();
+        let mut tokens = Vec::new();
+        for _ in 0..steps {
+            let so = sched.schedule();
+            let out = exec.execute(&so).unwrap();
+            for o in sched.update_from_output(&so, &out) {
+                tokens.extend(o.new_token_ids);
+            }
+        }
+        tokens
+    }
+
+    #[test]
+    fn tokens_avoid_stop_ids_and_repeat_for_a_seed() {
+        let params = SamplingParams {
+            max_tokens: 200,
+            eos_token_id: Some(2),
+            stop_token_ids: vec![0, 5],
+            ..SamplingParams::default()
+        };
+        let new = || {
+            SimulatedExecutor::new(Box::new(ConstantStepTime(0.0)), 64, 8, 42)
+                .with_excluded_tokens([7, 99])
+        };
+        let a = run(&mut new(), params.clone(), 200);
+        assert_eq!(a.len(), 200, "no stop id is ever sampled");
+        assert!(a.iter().all(|t| [1, 3, 4, 6].contains(t)), "{a:?}");
+        for t in [1, 3, 4, 6] {
+            assert!(a.contains(&t), "uniform over the allowed ids: {a:?}");
+        }
+        assert_eq!(run(&mut new(), params.clone(), 200), a);
+        let other = SimulatedExecutor::new(Box::new(ConstantStepTime(0.0)), 64, 8, 43);
+        assert_ne!(run(&mut other.with_excluded_tokens([7]), params, 200), a);
+    }
+
+    #[test]
+    fn a_step_lasts_at_least_its_predicted_time() {
+        let mut exec = SimulatedExecutor::new(Box::new(ConstantStepTime(0.02)), 64, 100, 0);
+        let t0 = Instant::now();
+        let tokens = run(&mut exec, SamplingParams::greedy(3), 3);
+        assert_eq!(tokens.len(), 3);
+        assert_eq!(exec.num_steps(), 3);
+        assert!((exec.predicted_seconds() - 0.06).abs() < 1e-12);
+        assert!(t0.elapsed() >= Duration::from_millis(60));
+    }
+
+    #[test]
+    fn a_step_starts_at_the_engines_mark_when_there_is_one() {
+        let mut exec = SimulatedExecutor::new(Box::new(ConstantStepTime(0.05)), 64, 100, 0);
+        let clock = exec.step_clock();
+        let mark = Instant::now();
+        let now = mark + Duration::from_millis(40);
+        // Never marked: the executor's own entry.
+        assert_eq!(exec.step_start(now), now);
+        clock.mark_at(mark);
+        assert_eq!(exec.step_start(now), mark);
+        // Not marked again since: stale, so the entry again.
+        let later = now + Duration::from_millis(5);
+        assert_eq!(exec.step_start(later), later);
+    }
+
+    #[test]
+    fn uniform_sampling_skips_banned_ids_exactly() {
+        let mut exec = SimulatedExecutor::new(Box::new(ConstantStepTime(0.0)), 64, 5, 1);
+        let id: RequestId = "a".into();
+        let params = SamplingParams {
+            eos_token_id: Some(0),
+            stop_token_ids: vec![4, 2, 9],
+            ..SamplingParams::default()
+        };
+        exec.add_request(&id, &params);
+        assert_eq!(exec.reqs[&id].banned, vec![0, 2, 4]);
+        let mut seen = [0usize; 5];
+        for _ in 0..400 {
+            let (t, lp) = exec.sample(&id, None).unwrap();
+            seen[t as usize] += 1;
+            assert!((lp - -(2f32).ln()).abs() < 1e-6);
+        }
+        assert_eq!((seen[0], seen[2], seen[4]), (0, 0, 0));
+        assert!(seen[1] > 100 && seen[3] > 100, "{seen:?}");
+        // A mask allowing only a stop id and 3: 3. Only the stop id: it.
+        let (t, _) = exec.sample(&id, Some(&[0b11000])).unwrap();
+        assert_eq!(t, 3);
+        let (t, _) = exec.sample(&id, Some(&[0b10000])).unwrap();
+        assert_eq!(t, 4);
+        assert!(exec.sample(&id, Some(&[0])).is_err());
+    }
+}
