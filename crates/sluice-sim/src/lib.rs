@@ -10,28 +10,42 @@
 //! - [`step`]: `StepShape` (one `SchedulerOutput` summarised) and the
 //!   `StepTimeModel` trait, with a constant model for tests;
 //! - [`roofline`]: a roofline step-time model from a `ModelShape` and a
-//!   `Hardware` profile, with built-in shapes and datasheet profiles;
+//!   `Hardware` profile (tensor parallelism, mixture of experts), with
+//!   built-in shapes, datasheet profiles (`profiles/hardware.json`) and
+//!   vLLM's KV-cache sizing;
+//! - [`model_config`]: `ModelShape::load` from a built-in name, a Hugging
+//!   Face `config.json` or a GGUF file;
+//! - [`fit`](mod@fit): a step-time model fitted to a step log ([`steplog`]);
+//! - [`table`]: a step-time model interpolated from measured times;
+//! - [`profile`]: the `roofline` / `fitted` / `table` profile files and
+//!   the step-time model each makes;
 //! - [`workload`]: `vllm bench serve --dataset-name random` lengths,
 //!   Poisson / gamma arrivals, shared-prefix groups, from a seed;
 //! - [`sim`]: the event loop and per-request timelines;
 //! - [`metrics`]: `SimReport`, vLLM's serving metrics with
 //!   `--save-result` key names.
 //!
-//! Still to come: a step-time model fitted to measured steps, a
-//! table-driven model, multi-replica routers, prefill/decode
+//! Still to come: multi-replica routers, prefill/decode
 //! disaggregation, the `sluice simulate` command and
 //! `serve --executor simulated`.
 
+pub mod fit;
 pub mod metrics;
+pub mod model_config;
+pub mod profile;
 pub mod roofline;
 pub mod router;
 pub mod sim;
 pub mod step;
 pub mod steplog;
+pub mod table;
 pub mod workload;
 
+pub use fit::{fit, FitOptions, FitReport, FittedModel};
 pub use metrics::SimReport;
-pub use roofline::{Hardware, ModelShape, Roofline};
+pub use profile::Profile;
+pub use roofline::{num_gpu_blocks, Hardware, ModelShape, Roofline};
 pub use sim::{RequestTimeline, SimError, SimRequest, SimResult, Simulator};
 pub use step::{ConstantStepTime, RowShape, StepShape, StepTimeModel};
+pub use table::TableModel;
 pub use workload::{RandomWorkload, Rng};

@@ -620,13 +620,13 @@ pub fn check_tensor_parallel(model: &ModelShape, tp: usize) -> Result<(), Roofli
     if tp == 0 {
         return Err(RooflineError::ZeroTensorParallel);
     }
-    if model.heads % tp != 0 {
+    if !model.heads.is_multiple_of(tp) {
         return Err(RooflineError::HeadsNotDivisible {
             heads: model.heads,
             tp,
         });
     }
-    if model.kv_heads % tp != 0 && tp % model.kv_heads.max(1) != 0 {
+    if !model.kv_heads.is_multiple_of(tp) && !tp.is_multiple_of(model.kv_heads.max(1)) {
         return Err(RooflineError::KvHeadsNotDivisible {
             kv_heads: model.kv_heads,
             tp,
