@@ -12,6 +12,7 @@ mod hub;
 mod options;
 mod replay;
 mod serve;
+mod simulate;
 
 #[derive(Parser)]
 #[command(
@@ -40,6 +41,10 @@ enum Command {
     /// Benchmark an OpenAI-compatible server (sluice, vLLM, ...) as `vllm
     /// bench serve` does, with sluice's load-test extras.
     Bench(bench::BenchArgs),
+    /// Simulate serving at GPU and cluster scale on the real scheduler
+    /// (a step-time model instead of the GPU, a virtual clock), or fit a
+    /// step-time profile to a `serve --step-log` file (`simulate fit`).
+    Simulate(simulate::SimulateArgs),
 }
 
 fn main() -> ExitCode {
@@ -50,5 +55,6 @@ fn main() -> ExitCode {
         Command::Generate(args) => generate::run(args),
         Command::BenchModel(args) => bench_model::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Simulate(args) => simulate::run(args),
     }
 }

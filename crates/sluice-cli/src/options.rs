@@ -298,44 +298,20 @@ const SIMULATED_GPU_MEMORY_UTILIZATION: f64 = 0.92;
 /// MiB). `--num-gpu-blocks-override` is not capped.
 pub const MAX_SIMULATED_KV_BLOCKS: usize = 1 << 20;
 
-/// The step-time model `--profile SPEC` gives `shape` on `tp` GPUs, and
-/// the memory of one GPU (bytes).
-///
-/// Interim, until `sluice_sim::profile` lands: SPEC is a built-in hardware
-/// name (`sluice_sim::Hardware::builtin`: a100-80gb, h100-sxm, h200, l40s,
-/// b200) or a JSON file holding a `sluice_sim::Hardware`, and the model is
-/// the roofline on it; tensor parallelism is refused. With the profile
-/// module this body becomes
-/// `let p = Profile::load(spec)?; Ok((p.step_model(Some(shape), tp)?, p.memory_bytes()))`.
+/// The step-time model `--profile SPEC` gives `shape` on `tp` GPUs: a
+/// built-in hardware name (the roofline on it) or a profile JSON (roofline,
+/// fitted by `sluice simulate fit`, or table).
 pub fn load_profile(
     spec: &str,
     shape: &sluice_sim::ModelShape,
     tensor_parallel_size: usize,
-) -> Result<(Box<dyn StepTimeModel + Send + Sync>, f64)> {
-    let hardware = match sluice_sim::Hardware::builtin(spec) {
-        Some(h) => h,
-        None => {
-            let path = std::path::Path::new(spec);
-            let text = std::fs::read_to_string(path).map_err(|e| {
-                bad_config(format!(
-                    "--profile {spec}: not a built-in hardware profile (a100-80gb, h100-sxm, \
-                     h200, l40s, b200), and cannot read it as a file: {e}"
-                ))
-            })?;
-            serde_json::from_str::<sluice_sim::Hardware>(&text)
-                .map_err(|e| bad_config(format!("--profile {spec}: {e}")))?
-        }
-    };
-    if tensor_parallel_size != 1 {
-        return Err(bad_config(
-            "--tensor-parallel-size: only 1 is simulated by this build's profiles",
-        ));
-    }
-    let memory = hardware.memory_bytes;
-    Ok((
-        Box::new(sluice_sim::Roofline::new(*shape, hardware)),
-        memory,
-    ))
+) -> Result<(sluice_sim::Profile, Box<dyn StepTimeModel + Send + Sync>)> {
+    let profile = sluice_sim::Profile::load(spec)
+        .map_err(|e| bad_config(format!("--profile {spec}: {e}")))?;
+    let model = profile
+        .step_model(Some(shape), tensor_parallel_size)
+        .map_err(|e| bad_config(format!("--profile {spec}: {e}")))?;
+    Ok((profile, model))
 }
 
 /// The simulator's view of a model config (bf16 weights and KV cache).
@@ -349,38 +325,62 @@ pub fn model_shape(config: &sluice_model::config::ModelConfig) -> sluice_sim::Mo
         intermediate: config.intermediate_size,
         vocab: config.vocab_size,
         bytes_per_param: 2,
+        num_experts: 0,
+        experts_per_token: 0,
+        tie_word_embeddings: config.tie_word_embeddings,
+        stored_weight_bytes: None,
     }
 }
 
-/// KV blocks of a simulated cache: the profile's memory on `tp` GPUs at
-/// vLLM's default utilization, less the bf16 weights, in blocks of the
-/// model's bf16 KV; at most `MAX_SIMULATED_KV_BLOCKS`.
+/// KV blocks of a simulated cache, as vLLM sizes them
+/// (`sluice_sim::roofline::kv_cache_budget`: the GPU's memory at
+/// `gpu_memory_utilization`, less the weights' share and the profile's
+/// activation reserve, in blocks of the model's KV per GPU), at most
+/// `MAX_SIMULATED_KV_BLOCKS`. A fitted or table profile without a
+/// hardware section has no memory to size from: `--num-gpu-blocks-override`
+/// must say. Returns the blocks and a line saying how they were sized.
 pub fn simulated_kv_blocks(
-    config: &sluice_model::config::ModelConfig,
-    block_size: usize,
-    memory_bytes_per_gpu: f64,
+    profile: &sluice_sim::Profile,
+    shape: &sluice_sim::ModelShape,
     tp: usize,
-) -> Result<usize> {
-    let weights = config.num_parameters() as f64 * 2.0;
-    let usable = memory_bytes_per_gpu * SIMULATED_GPU_MEMORY_UTILIZATION * tp as f64;
-    let per_block = (2
-        * config.num_hidden_layers
-        * config.num_key_value_heads
-        * config.head_dim
-        * 2
-        * block_size) as f64;
-    let blocks = (usable - weights) / per_block.max(1.0);
-    // NaN (a profile without memory) is refused too.
-    if blocks.is_nan() || blocks < 2.0 {
-        return Err(bad_config(format!(
-            "--profile: the model's bf16 weights ({:.1} GB) leave no room for a KV cache in \
-             {:.1} GB × {tp} GPU(s) at {SIMULATED_GPU_MEMORY_UTILIZATION} utilization \
-             (raise --tensor-parallel-size or give --num-gpu-blocks-override)",
-            weights / 1e9,
-            memory_bytes_per_gpu / 1e9
-        )));
-    }
-    Ok((blocks as usize).min(MAX_SIMULATED_KV_BLOCKS))
+    gpu_memory_utilization: f64,
+    block_size: usize,
+) -> Result<(usize, String)> {
+    let hardware = match (profile.hardware(), profile.memory_bytes()) {
+        (Some(hw), _) => *hw,
+        // Memory without a hardware section: no activation reserve known.
+        (None, Some(memory)) => sluice_sim::Hardware {
+            memory_bytes: memory,
+            activation_reserve_bytes: 0.0,
+            ..sluice_sim::Hardware::H100_SXM
+        },
+        (None, None) => {
+            return Err(bad_config(format!(
+                "--num-gpu-blocks-override: the {} profile records no memory size, so the \
+                 KV cache size must be given",
+                profile.kind()
+            )))
+        }
+    };
+    let b = sluice_sim::roofline::kv_cache_budget(
+        shape,
+        &hardware,
+        tp,
+        gpu_memory_utilization,
+        block_size,
+    )
+    .map_err(|e| bad_config(format!("--gpu-memory-utilization: {e}")))?;
+    let blocks = b.num_blocks.min(MAX_SIMULATED_KV_BLOCKS);
+    Ok((
+        blocks,
+        format!(
+            "{blocks} KV blocks: {:.1} GB per GPU × {gpu_memory_utilization} − {:.1} GB of \
+             weights − {:.1} GB reserve",
+            hardware.memory_bytes / 1e9,
+            b.weight_bytes_per_gpu / 1e9,
+            b.reserve_bytes / 1e9
+        ),
+    ))
 }
 
 /// A model's configs and where they came from, without its weights.
@@ -574,10 +574,19 @@ fn prepare(
         (Some(sim), _) => {
             let shape = model_shape(&model_config);
             let tp = sim.tensor_parallel_size;
-            let (step_model, memory) = load_profile(&sim.profile, &shape, tp)?;
+            let (profile, step_model) = load_profile(&sim.profile, &shape, tp)?;
             let blocks = match sched.num_gpu_blocks_override {
                 Some(n) => n,
-                None => simulated_kv_blocks(&model_config, sched.block_size, memory, tp)?,
+                None => {
+                    simulated_kv_blocks(
+                        &profile,
+                        &shape,
+                        tp,
+                        SIMULATED_GPU_MEMORY_UTILIZATION,
+                        sched.block_size,
+                    )?
+                    .0
+                }
             };
             // Token ids the tokenizer can decode and the model could emit.
             let vocab = model_config.vocab_size.min(tokenizer.vocab_size());
@@ -630,26 +639,34 @@ mod tests {
     #[test]
     fn simulated_kv_blocks_come_from_the_profiles_memory() {
         let (config, _) = sluice_model::builtin::config("qwen2.5-0.5b").unwrap();
-        let weights = config.num_parameters() as f64 * 2.0;
-        // Per block of 16: K and V × 24 layers × 2 KV heads × 64 × 2 bytes.
+        let shape = model_shape(&config);
+        assert_eq!(shape, sluice_sim::ModelShape::QWEN2_5_0_5B);
+        let h100 = sluice_sim::Profile::load("h100-sxm").unwrap();
+        let hw = *h100.hardware().unwrap();
+        let (blocks, why) = simulated_kv_blocks(&h100, &shape, 1, 0.5, 16).unwrap();
+        // K and V × 24 layers × 2 KV heads × 64 × 2 bytes, per token.
         let per_block = (2 * 24 * 2 * 64 * 2 * 16) as f64;
-        let memory = 8e9;
-        let blocks = simulated_kv_blocks(&config, 16, memory, 1).unwrap();
-        assert_eq!(blocks, ((memory * 0.92 - weights) / per_block) as usize);
-        // Two GPUs: twice the memory, the same weights.
-        let two = simulated_kv_blocks(&config, 16, memory, 2).unwrap();
-        assert_eq!(two, ((2.0 * memory * 0.92 - weights) / per_block) as usize);
-        assert_eq!(
-            simulated_kv_blocks(&config, 16, 1e15, 1).unwrap(),
-            MAX_SIMULATED_KV_BLOCKS
-        );
-        let e = simulated_kv_blocks(&config, 16, 5e8, 1).unwrap_err();
+        let usable = (hw.memory_bytes * 0.5).ceil()
+            - shape.weight_bytes() as f64
+            - hw.activation_reserve_bytes;
+        let want = ((usable / per_block) as usize).min(MAX_SIMULATED_KV_BLOCKS);
+        assert_eq!(blocks, want, "{why}");
+        // A table profile without memory needs the override.
+        let table = sluice_sim::Profile::from_json_str(
+            r#"{"kind": "table", "table": {
+                "prefill": {"chunk_tokens": [256, 1024], "context": [0, 4096],
+                            "time_s": [[0.020, 0.030], [0.060, 0.080]]},
+                "decode": {"batch_size": [1, 16], "mean_context": [512, 4096],
+                           "time_s": [[0.010, 0.012], [0.013, 0.018]]},
+                "step_overhead_s": 0.004}}"#,
+            "t.json",
+        )
+        .unwrap();
+        let e = simulated_kv_blocks(&table, &shape, 1, 0.92, 16).unwrap_err();
         assert!(
             format!("{e:#}").contains("--num-gpu-blocks-override"),
             "{e:#}"
         );
-        let shape = model_shape(&config);
-        assert_eq!(shape, sluice_sim::ModelShape::QWEN2_5_0_5B);
     }
 
     #[test]

@@ -5,8 +5,8 @@
 //! cannot break: at least half the prediction). Bad flags exit 2, naming
 //! the flag or file.
 //!
-//! The profile here is a `sluice_sim::Hardware` JSON (the roofline on it),
-//! with a fixed 20 ms per step dwarfing the tiny model's compute.
+//! The profile here is a roofline profile JSON with a fixed 20 ms per step
+//! dwarfing the tiny model's compute.
 
 mod common;
 
@@ -23,6 +23,8 @@ const HW: Hardware = Hardware {
     matmul_efficiency: 1.0,
     bandwidth_efficiency: 1.0,
     step_overhead_s: 0.02,
+    activation_reserve_bytes: 0.0,
+    ..Hardware::H100_SXM
 };
 
 /// The built-in tiny model's shape (sluice-model's `builtin::config("tiny")`).
@@ -35,6 +37,10 @@ const TINY: ModelShape = ModelShape {
     intermediate: 256,
     vocab: 384,
     bytes_per_param: 2,
+    num_experts: 0,
+    experts_per_token: 0,
+    tie_word_embeddings: true,
+    stored_weight_bytes: None,
 };
 
 fn temp_dir(name: &str) -> PathBuf {
@@ -47,7 +53,8 @@ fn temp_dir(name: &str) -> PathBuf {
 fn a_simulated_server_completes_requests_at_the_profiles_pace() {
     let dir = temp_dir("serve");
     let profile = dir.join("profile.json");
-    std::fs::write(&profile, serde_json::to_string(&HW).unwrap()).unwrap();
+    let json = serde_json::json!({"kind": "roofline", "hardware": HW});
+    std::fs::write(&profile, json.to_string()).unwrap();
     let log = dir.join("steps.jsonl");
     let mut serve = spawn_serve(
         &[

@@ -10,7 +10,15 @@
 //! - [`step`]: `StepShape` (one `SchedulerOutput` summarised) and the
 //!   `StepTimeModel` trait, with a constant model for tests;
 //! - [`roofline`]: a roofline step-time model from a `ModelShape` and a
-//!   `Hardware` profile, with built-in shapes and datasheet profiles;
+//!   `Hardware` profile (tensor parallelism, mixture of experts), with
+//!   built-in shapes, datasheet profiles (`profiles/hardware.json`) and
+//!   vLLM's KV-cache sizing;
+//! - [`model_config`]: `ModelShape::load` from a built-in name, a Hugging
+//!   Face `config.json` or a GGUF file;
+//! - [`fit`](mod@fit): a step-time model fitted to a step log ([`steplog`]);
+//! - [`table`]: a step-time model interpolated from measured times;
+//! - [`profile`]: the `roofline` / `fitted` / `table` profile files and
+//!   the step-time model each makes;
 //! - [`workload`]: `vllm bench serve --dataset-name random` lengths,
 //!   Poisson / gamma arrivals (or a duration), shared-prefix groups, from
 //!   a seed; [`lengths`]: uniform, normal, lognormal and empirical length
@@ -21,14 +29,21 @@
 //! - [`metrics`]: `SimReport`, vLLM's serving metrics with
 //!   `--save-result` key names.
 //!
-//! Still to come: a step-time model fitted to measured steps, a
-//! table-driven model, multi-replica routers, prefill/decode
-//! disaggregation, the `sluice simulate` command and
-//! `serve --executor simulated`.
+//! - [`replica`] and [`router`]: engine replicas behind a routing policy
+//!   (round-robin, random, least-requests, least-kv, power-of-two,
+//!   prefix-aware), and P/D disaggregation in [`sim`];
+//! - [`slo`]: goodput under `ttft=MS,tpot=MS` objectives; [`timeline`]:
+//!   the per-step CSV.
+//!
+//! The `sluice simulate` command (sluice-cli) and `sluice serve --executor
+//! simulated` (sluice-engine's `SimulatedExecutor`) are built on these.
 
 pub mod conversation;
+pub mod fit;
 pub mod lengths;
 pub mod metrics;
+pub mod model_config;
+pub mod profile;
 pub mod replica;
 pub mod roofline;
 pub mod router;
@@ -36,17 +51,21 @@ pub mod sim;
 pub mod slo;
 pub mod step;
 pub mod steplog;
+pub mod table;
 pub mod timeline;
 pub mod traces;
 pub mod workload;
 
 pub use conversation::{ConversationWorkload, ThinkTime};
+pub use fit::{fit, FitOptions, FitReport, FittedModel};
 pub use lengths::LengthDist;
 pub use metrics::SimReport;
-pub use roofline::{Hardware, ModelShape, Roofline};
+pub use profile::Profile;
+pub use roofline::{num_gpu_blocks, Hardware, ModelShape, Roofline};
 pub use router::{ReplicaView, RouteRequest, Router, RouterKind};
 pub use sim::{PdConfig, RequestTimeline, SimError, SimRequest, SimResult, Simulator};
 pub use slo::{Goodput, Slo};
 pub use step::{ConstantStepTime, RowShape, StepShape, StepTimeModel};
+pub use table::TableModel;
 pub use traces::{load_trace, LoadedTrace, ReplayInfo, TraceFileError};
 pub use workload::{RandomWorkload, Rng};

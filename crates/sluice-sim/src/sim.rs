@@ -613,7 +613,7 @@ impl<M: StepTimeModel> Run<'_, M> {
         }
         self.timelines[i].finish_s = Some(now);
         self.num_finished += 1;
-        if self.num_finished % 1000 == 0 {
+        if self.num_finished.is_multiple_of(1000) {
             if let Some(report) = &self.sim.progress {
                 report(self.num_finished);
             }

@@ -226,6 +226,7 @@ mod tests {
                         arrival_time: step as f64,
                         cache_salt: None,
                         needs_grammar: false,
+                        num_external_computed_tokens: 0,
                     })
                     .unwrap();
                 live.push(id);

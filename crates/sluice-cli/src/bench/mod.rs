@@ -22,8 +22,8 @@
 //! | `server` | model list, prompt alignment, /metrics drain, server RSS |
 
 mod args;
-mod arrivals;
-mod dataset;
+pub(crate) mod arrivals;
+pub(crate) mod dataset;
 mod metrics;
 mod report;
 mod request;

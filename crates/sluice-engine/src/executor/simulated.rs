@@ -380,6 +380,7 @@ mod tests {
                 arrival_time: 0.0,
                 cache_salt: None,
                 needs_grammar: false,
+                num_external_computed_tokens: 0,
             })
             .unwrap();
         let mut tokens = Vec::new();
