@@ -1,0 +1,321 @@
+//! `sluice simulate` end to end: vLLM's result keys, the cluster flags,
+//! sweeps against an SLO, traces, the timeline, `simulate fit` and a run on
+//! the profile it writes, and bad input refused with exit 2 naming the flag,
+//! file or line.
+
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn sluice() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("sluice-simulate-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir.join(name)
+}
+
+fn simulate(args: &[&str]) -> Output {
+    sluice()
+        .arg("simulate")
+        .args(args)
+        .arg("--no-progress")
+        .output()
+        .expect("runs")
+}
+
+fn json_of(args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.push("--json");
+    let out = simulate(&all);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
+}
+
+fn refused(args: &[&str], needle: &str) {
+    let out = simulate(args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    assert!(err.contains(needle), "{args:?}: {err:?} lacks {needle:?}");
+}
+
+const SMALL: &[&str] = &[
+    "--model",
+    "Qwen2.5-7B",
+    "--hardware",
+    "H100-SXM",
+    "--num-prompts",
+    "200",
+    "--random-input-len",
+    "512",
+    "--random-output-len",
+    "64",
+    "--request-rate",
+    "20",
+];
+
+#[test]
+fn a_run_reports_vllms_result_keys() {
+    let v = json_of(SMALL);
+    for key in [
+        "duration",
+        "completed",
+        "total_input_tokens",
+        "total_output_tokens",
+        "request_throughput",
+        "output_throughput",
+        "total_token_throughput",
+        "mean_ttft_ms",
+        "median_ttft_ms",
+        "p99_ttft_ms",
+        "median_tpot_ms",
+        "p99_itl_ms",
+        "median_e2el_ms",
+    ] {
+        assert!(v[key].is_number(), "{key} missing: {v}");
+    }
+    assert_eq!(v["completed"], 200);
+    assert_eq!(v["total_input_tokens"], 200 * 512);
+    assert_eq!(v["total_output_tokens"], 200 * 64);
+    // Deterministic for a seed.
+    assert_eq!(v["median_ttft_ms"], json_of(SMALL)["median_ttft_ms"]);
+    // The text summary names vLLM's lines.
+    let out = simulate(SMALL);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Median TTFT (ms):"), "{text}");
+    assert!(text.contains("KV blocks"), "{text}");
+}
+
+#[test]
+fn replicas_routers_and_pd_split_the_load() {
+    let mut args = SMALL.to_vec();
+    args.extend(["--replicas", "4", "--router", "least-requests"]);
+    let v = json_of(&args);
+    assert_eq!(v["completed"], 200);
+    let per = v["per_replica"].as_array().expect("per-replica figures");
+    assert_eq!(per.len(), 4);
+    let sum: u64 = per.iter().map(|r| r["completed"].as_u64().unwrap()).sum();
+    assert_eq!(sum, 200);
+    assert!(per.iter().all(|r| r["completed"].as_u64().unwrap() > 0));
+
+    let mut pd = SMALL.to_vec();
+    pd.extend(["--pd", "1:2"]);
+    let v = json_of(&pd);
+    assert_eq!(v["completed"], 200);
+    let per = v["per_replica"].as_array().unwrap();
+    assert_eq!(per[0]["role"], "prefill");
+    assert_eq!(per[0]["completed"], 0, "the client streams from decode");
+    assert_eq!(per[1]["role"], "decode");
+}
+
+#[test]
+fn a_rate_sweep_finds_the_largest_rate_meeting_the_slo() {
+    let mut args = SMALL.to_vec();
+    args.extend(["--sweep-rate", "10:60:25", "--slo", "ttft=200,tpot=40"]);
+    let v = json_of(&args);
+    let rows = v["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 3);
+    let rates: Vec<f64> = rows
+        .iter()
+        .map(|r| r["request_rate"].as_f64().unwrap())
+        .collect();
+    assert_eq!(rates, vec![10.0, 35.0, 60.0]);
+    // The answer is the largest row that meets the SLO.
+    let best = rows
+        .iter()
+        .filter(|r| r["meets_slo"] == true)
+        .map(|r| r["request_rate"].as_f64().unwrap())
+        .fold(None, |_, r| Some(r));
+    assert_eq!(v["max_request_rate_meeting_slo"].as_f64(), best);
+
+    let mut args: Vec<&str> = SMALL.iter().copied().filter(|a| *a != "20").collect();
+    args.retain(|a| *a != "--request-rate");
+    args.extend([
+        "--request-rate",
+        "60",
+        "--sweep-replicas",
+        "1:4",
+        "--slo",
+        "ttft=500,tpot=50",
+    ]);
+    let v = json_of(&args);
+    let n = v["min_replicas_meeting_slo"].as_u64();
+    let rows = v["rows"].as_array().unwrap();
+    // Rows stop at the first count that meets it.
+    if let Some(n) = n {
+        assert_eq!(rows.last().unwrap()["replicas"].as_u64(), Some(n));
+        assert!(rows[..rows.len() - 1]
+            .iter()
+            .all(|r| r["meets_slo"] == false));
+    }
+}
+
+#[test]
+fn a_trace_runs_and_a_malformed_line_is_named() {
+    let good = tmp("good.jsonl");
+    std::fs::write(
+        &good,
+        "{\"arrival_s\": 0.0, \"prompt_len\": 100, \"output_len\": 10}\n\
+         {\"arrival_s\": 0.5, \"prompt_len\": 300, \"output_len\": 20, \"priority\": 1}\n",
+    )
+    .unwrap();
+    let timeline = tmp("timeline.csv");
+    let v = json_of(&[
+        "--dataset-name",
+        "trace",
+        "--dataset-path",
+        good.to_str().unwrap(),
+        "--timeline",
+        timeline.to_str().unwrap(),
+    ]);
+    assert_eq!(v["completed"], 2);
+    assert_eq!(v["total_output_tokens"], 30);
+    let csv = std::fs::read_to_string(&timeline).unwrap();
+    assert!(csv.starts_with("time_s,replica,scheduled_tokens"), "{csv}");
+    assert_eq!(
+        csv.lines().count() as u64,
+        1 + v["num_steps"].as_u64().unwrap()
+    );
+
+    let bad = tmp("bad.jsonl");
+    std::fs::write(
+        &bad,
+        "{\"arrival_s\": 0.0, \"prompt_len\": 100, \"output_len\": 10}\n\
+         {\"arrival_s\": 0.5, \"prompt_len\": 300}\n",
+    )
+    .unwrap();
+    refused(
+        &[
+            "--dataset-name",
+            "trace",
+            "--dataset-path",
+            bad.to_str().unwrap(),
+        ],
+        "line 2",
+    );
+}
+
+#[test]
+fn multi_turn_conversations_hit_the_prefix_cache() {
+    let v = json_of(&[
+        "--dataset-name",
+        "multi-turn",
+        "--num-prompts",
+        "30",
+        "--request-rate",
+        "2",
+        "--num-turns",
+        "uniform:4,0",
+        "--think-time",
+        "1",
+        "--random-input-len",
+        "200",
+        "--random-output-len",
+        "50",
+    ]);
+    assert_eq!(v["completed"], 120);
+    assert!(v["prefix_cache_hit_rate"].as_f64().unwrap() > 0.3, "{v}");
+}
+
+/// A step log of a known linear cost: `simulate fit` recovers it well, and
+/// a run on the profile it writes uses it (its TPOT is the decode cost).
+#[test]
+fn fit_writes_a_profile_that_simulate_runs_on() {
+    let log = tmp("steps.jsonl");
+    let mut lines = String::new();
+    for i in 0..400u64 {
+        let decode = (i % 7 + 1) as usize;
+        let prefill = if i % 3 == 0 { 64 * (i % 5) as usize } else { 0 };
+        // Contexts vary, and the cost does not depend on them.
+        let mut rows: Vec<[usize; 3]> = (0..decode)
+            .map(|j| [1, 50 + (i as usize * 37 + j * 101) % 900, 1])
+            .collect();
+        if prefill > 0 {
+            rows.push([prefill, 0, 1]);
+        }
+        let t = 0.010 + 0.002 * decode as f64 + 0.0001 * prefill as f64;
+        let rec = serde_json::json!({
+            "step": i, "t_s": i as f64 * 0.02, "num_reqs": rows.len(),
+            "num_prefill_reqs": usize::from(prefill > 0), "num_decode_reqs": decode,
+            "prefill_tokens": prefill, "decode_tokens": decode,
+            "sum_context_len": 0, "kv_blocks_touched": 0,
+            "forward_s": t * 0.9, "step_s": t, "rows": rows,
+        });
+        lines.push_str(&rec.to_string());
+        lines.push('\n');
+    }
+    std::fs::write(&log, lines).unwrap();
+    let profile = tmp("cpu.json");
+    let out = sluice()
+        .args(["simulate", "fit"])
+        .arg(&log)
+        .arg("-o")
+        .arg(&profile)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("held-out error"), "{text}");
+    let v = json_of(&[
+        "--hardware",
+        profile.to_str().unwrap(),
+        "--num-gpu-blocks-override",
+        "4096",
+        "--num-prompts",
+        "1",
+        "--random-input-len",
+        "64",
+        "--random-output-len",
+        "11",
+    ]);
+    // One request alone: each decode step costs 10 + 2 ms.
+    let tpot = v["median_tpot_ms"].as_f64().unwrap();
+    assert!((tpot - 12.0).abs() < 0.5, "TPOT {tpot} ms");
+
+    // A fitted profile has no memory: the KV size must be given.
+    refused(
+        &[
+            "--hardware",
+            profile.to_str().unwrap(),
+            "--num-prompts",
+            "1",
+        ],
+        "--num-gpu-blocks-override",
+    );
+    let bad = tmp("bad-steps.jsonl");
+    std::fs::write(&bad, "{\"step\": 0}\nnot json\n").unwrap();
+    let out = sluice()
+        .args(["simulate", "fit"])
+        .arg(&bad)
+        .arg("-o")
+        .arg(tmp("never.json"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("line 1"));
+}
+
+#[test]
+fn bad_flags_are_refused_naming_them() {
+    refused(&["--model", "no-such-model"], "--model");
+    refused(&["--hardware", "no-such-gpu"], "--hardware");
+    refused(&["--router", "fastest"], "round-robin");
+    refused(&["--pd", "0:2"], "--pd");
+    refused(&["--sweep-rate", "5:1:1"], "--sweep-rate");
+    refused(&["--slo", "ttft=fast"], "ttft");
+    refused(&["--input-len-dist", "normal:10"], "normal");
+    refused(&["--gpu-memory-utilization", "1.5"], "utilization");
+    // Llama-3.1-70B's 141 GB of bf16 weights do not fit one H100.
+    refused(&["--model", "Llama-3.1-70B"], "do not fit");
+    refused(&["--dataset-name", "trace"], "--dataset-path");
+}
