@@ -15,11 +15,16 @@ use serde_json::{json, Map, Value};
 /// `np.percentile(values, p)`, linear method, with NumPy's lerp (from the
 /// upper neighbour past the midpoint); empty gives 0.
 pub fn percentile(values: &[f64], p: f64) -> f64 {
-    if values.is_empty() {
-        return 0.0;
-    }
     let mut v = values.to_vec();
     v.sort_by(f64::total_cmp);
+    percentile_of_sorted(&v, p)
+}
+
+/// `percentile` of values already sorted ascending (sort once, ask many).
+pub fn percentile_of_sorted(v: &[f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
     let n = v.len();
     let virtual_index = (n - 1) as f64 * (p / 100.0);
     let prev = virtual_index.floor().clamp(0.0, (n - 1) as f64);
@@ -42,8 +47,11 @@ fn mean(values: &[f64]) -> f64 {
 }
 
 fn std_dev(values: &[f64]) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
     let m = mean(values);
-    mean(&values.iter().map(|v| (v - m) * (v - m)).collect::<Vec<_>>()).sqrt()
+    (values.iter().map(|v| (v - m) * (v - m)).sum::<f64>() / values.len() as f64).sqrt()
 }
 
 /// Mean, median, std, p90, p99 of one metric, in milliseconds.
@@ -59,12 +67,14 @@ pub struct Stats {
 
 impl Stats {
     pub fn of(seconds: &[f64]) -> Stats {
+        let mut sorted = seconds.to_vec();
+        sorted.sort_unstable_by(f64::total_cmp);
         Stats {
             mean_ms: mean(seconds) * 1000.0,
-            median_ms: percentile(seconds, 50.0) * 1000.0,
+            median_ms: percentile_of_sorted(&sorted, 50.0) * 1000.0,
             std_ms: std_dev(seconds) * 1000.0,
-            p90_ms: percentile(seconds, 90.0) * 1000.0,
-            p99_ms: percentile(seconds, 99.0) * 1000.0,
+            p90_ms: percentile_of_sorted(&sorted, 90.0) * 1000.0,
+            p99_ms: percentile_of_sorted(&sorted, 99.0) * 1000.0,
         }
     }
 }
