@@ -244,7 +244,12 @@ fn stream_response(
             return vec![crate::submit::finish_error(err).body_json()];
         }
         let fin = out.finished.as_ref();
-        if out.text.is_empty() && fin.is_none() && out.logprobs.is_empty() {
+        // vLLM streams a chunk for every output that carries tokens, also
+        // when their text is empty (held back for a stop string, a partial
+        // UTF-8 character, a special token); only an output with neither
+        // text nor tokens (a prefill chunk) sends nothing. Clients time the
+        // first chunk as TTFT, so holding empty chunks back would delay it.
+        if out.text.is_empty() && out.token_ids.is_empty() && fin.is_none() {
             return Vec::new();
         }
         let logprobs = want_logprobs.then(|| {

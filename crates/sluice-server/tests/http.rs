@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{TestServer, MAX_MODEL_LEN};
+use common::{Options, TestServer, MAX_MODEL_LEN};
 use futures::StreamExt;
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -125,6 +125,45 @@ async fn completions_streaming_with_usage() {
         .collect();
     assert_eq!(finish.len(), 1);
     assert_eq!(finish[0]["finish_reason"], "length");
+    s.shutdown().await;
+}
+
+/// As vLLM does, a streamed completion sends a chunk for every step that
+/// made a token, also when the token's text is not shown yet (here the
+/// first byte of a two- and a three-byte character): a client times its
+/// first chunk as TTFT and the gaps between chunks as ITL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_without_text_still_stream_a_chunk() {
+    let s = Server(
+        TestServer::start_with(Options {
+            text: Some("aé€b".into()),
+            ..Options::default()
+        })
+        .await,
+    );
+    let r = s
+        .post(
+            "/v1/completions",
+            json!({"prompt": "Hi", "max_tokens": 20, "stream": true,
+                   "stream_options": {"include_usage": true}}),
+        )
+        .await;
+    let body = r.text().await.unwrap();
+    let data = sse_data(&body);
+    let chunks: Vec<Value> = data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let texts: Vec<&str> = chunks
+        .iter()
+        .filter_map(|c| c["choices"].get(0).and_then(|ch| ch["text"].as_str()))
+        .collect();
+    assert_eq!(texts.concat(), "aé€b");
+    // a, C3, A9, E2, 82, AC, b, then EOS: eight tokens, eight chunks.
+    let usage = &chunks.last().unwrap()["usage"];
+    assert_eq!(usage["completion_tokens"], 8, "{body}");
+    assert_eq!(texts.len(), 8, "{texts:?}");
+    assert_eq!(texts[..4], ["a", "", "é", ""], "{texts:?}");
     s.shutdown().await;
 }
 
