@@ -10,8 +10,9 @@
 #   MODEL_DIR: a Hugging Face model directory with tokenizer.json, e.g. the
 #   Qwen2.5-0.5B shape with random bf16 weights made by
 #   `python tools/make_qwen05b.py DIR 32000`.
+# REUSE=1 keeps measurements already in OUT_DIR (reruns the rest).
 # Run it on a quiet machine: the fit and the measurements must see the same
-# CPU. Prints the table (predicted, measured, error) and writes
+# CPU. THREADS (default 2) is the server's model threads. Prints the table (predicted, measured, error) and writes
 # OUT_DIR/validation.json.
 set -euo pipefail
 bin=$(realpath "$1") model=$(realpath "$2") out=$3
@@ -20,15 +21,16 @@ out=$(realpath "$out")
 port=${PORT:-8321}
 threads=${THREADS:-2}
 blocks=${BLOCKS:-2048}
-common_serve=(--model "$model" --port "$port" --threads "$threads" --max-model-len 2048)
+common_serve=(--model "$model" --port "$port" --threads "$threads")
 
-# name | KV blocks | workload flags (the same for bench and simulate)
+# name | KV blocks | max model len | workload flags (the same for bench and
+# simulate). A small cache needs a max model len it can hold.
 workloads=(
-  "fit|$blocks|--random-input-len 256 --random-output-len 64 --random-range-ratio 0.75 --num-prompts 120 --request-rate 1.5 --seed 1"
-  "rate|$blocks|--random-input-len 256 --random-output-len 64 --random-range-ratio 0.75 --num-prompts 100 --request-rate 0.75 --seed 2"
-  "lengths|$blocks|--random-input-len 96 --random-output-len 128 --random-range-ratio 0.5 --num-prompts 60 --request-rate 1.0 --seed 3"
-  "prefix|$blocks|--random-prefix-len 384 --random-input-len 64 --random-output-len 48 --random-range-ratio 0.5 --num-prompts 100 --request-rate 1.5 --seed 4"
-  "preempt|64|--random-input-len 192 --random-output-len 160 --random-range-ratio 0.25 --num-prompts 40 --request-rate 4 --seed 5"
+  "fit|$blocks|2048|--random-input-len 256 --random-output-len 64 --random-range-ratio 0.75 --num-prompts 80 --request-rate 0.8 --seed 1"
+  "rate|$blocks|2048|--random-input-len 256 --random-output-len 64 --random-range-ratio 0.75 --num-prompts 40 --request-rate 0.4 --seed 2"
+  "lengths|$blocks|2048|--random-input-len 96 --random-output-len 128 --random-range-ratio 0.5 --num-prompts 40 --request-rate 0.6 --seed 3"
+  "prefix|$blocks|2048|--random-prefix-len 384 --random-input-len 64 --random-output-len 48 --random-range-ratio 0.5 --num-prompts 60 --request-rate 0.8 --seed 4"
+  "preempt|64|512|--random-input-len 192 --random-output-len 160 --random-range-ratio 0.25 --num-prompts 30 --request-rate 4 --seed 5"
 )
 
 wait_ready() {
@@ -39,9 +41,11 @@ wait_ready() {
   echo "server did not come up" >&2; return 1
 }
 
-serve_and_bench() { # name blocks flags [extra serve flags...]
-  local name=$1 nblocks=$2 flags=$3; shift 3
-  "$bin" serve "${common_serve[@]}" --num-gpu-blocks-override "$nblocks" "$@" \
+serve_and_bench() { # name blocks maxlen flags [extra serve flags...]
+  local name=$1 nblocks=$2 maxlen=$3 flags=$4; shift 4
+  if [ -n "${REUSE:-}" ] && [ -s "$out/$name.measured.json" ]; then return 0; fi
+  "$bin" serve "${common_serve[@]}" --num-gpu-blocks-override "$nblocks" \
+    --max-model-len "$maxlen" "$@" \
     >"$out/$name.serve.log" 2>&1 &
   local pid=$!
   wait_ready
@@ -53,22 +57,22 @@ serve_and_bench() { # name blocks flags [extra serve flags...]
 }
 
 for w in "${workloads[@]}"; do
-  IFS='|' read -r name nblocks flags <<<"$w"
+  IFS='|' read -r name nblocks maxlen flags <<<"$w"
   if [ "$name" = fit ]; then
-    rm -f "$out/steps.jsonl"
-    serve_and_bench "$name" "$nblocks" "$flags" --step-log "$out/steps.jsonl"
+    [ -n "${REUSE:-}" ] && [ -s "$out/fit.measured.json" ] || rm -f "$out/steps.jsonl"
+    serve_and_bench "$name" "$nblocks" "$maxlen" "$flags" --step-log "$out/steps.jsonl"
     "$bin" simulate fit "$out/steps.jsonl" -o "$out/cpu-profile.json" \
       --name "$(basename "$model") on $threads threads" | tee "$out/fit.txt"
   else
-    serve_and_bench "$name" "$nblocks" "$flags"
+    serve_and_bench "$name" "$nblocks" "$maxlen" "$flags"
   fi
 done
 
 for w in "${workloads[@]}"; do
-  IFS='|' read -r name nblocks flags <<<"$w"
+  IFS='|' read -r name nblocks maxlen flags <<<"$w"
   # shellcheck disable=SC2086
   "$bin" simulate --model "$model" --hardware "$out/cpu-profile.json" \
-    --tokenizer "$model" --num-gpu-blocks-override "$nblocks" --max-model-len 2048 \
+    --tokenizer "$model" --num-gpu-blocks-override "$nblocks" --max-model-len "$maxlen" \
     $flags --json >"$out/$name.predicted.json"
 done
 

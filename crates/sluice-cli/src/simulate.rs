@@ -904,15 +904,10 @@ fn finish_sweep(args: &RunArgs, rows: Vec<Value>, key: &str, answer: Option<Valu
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
-    let what = args
-        .slo
-        .as_ref()
-        .map_or("(no --slo: every run counts)".to_string(), |s| {
-            format!("the SLO {s}")
-        });
-    match answer {
-        Some(a) => println!("{key}: {a} ({what})"),
-        None => println!("{key}: none in the range meets {what}"),
+    match (&args.slo, answer) {
+        (None, _) => println!("(give --slo ttft=MS,tpot=MS to find the {key})"),
+        (Some(slo), Some(a)) => println!("{key}: {a} (SLO {slo})"),
+        (Some(slo), None) => println!("{key}: none in the range meets the SLO {slo}"),
     }
     Ok(())
 }
