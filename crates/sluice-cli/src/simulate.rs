@@ -596,14 +596,7 @@ fn report_json(args: &RunArgs, result: &SimResult, slo: Option<&Slo>, rate: f64)
                 let mut v = SimReport::for_replica(result, k).to_json();
                 if let Value::Object(o) = &mut v {
                     o.insert("replica".into(), json!(k));
-                    let role = if k < result.num_prefill_replicas {
-                        "prefill"
-                    } else if result.num_prefill_replicas > 0 {
-                        "decode"
-                    } else {
-                        "both"
-                    };
-                    o.insert("role".into(), json!(role));
+                    o.insert("role".into(), json!(replica_role(result, k)));
                 }
                 v
             })
@@ -611,6 +604,17 @@ fn report_json(args: &RunArgs, result: &SimResult, slo: Option<&Slo>, rate: f64)
         m.insert("per_replica".into(), Value::Array(per));
     }
     Value::Object(m)
+}
+
+/// What replica `k` does: prefill or decode under P/D, else both.
+fn replica_role(result: &SimResult, k: usize) -> &'static str {
+    if k < result.num_prefill_replicas {
+        "prefill"
+    } else if result.num_prefill_replicas > 0 {
+        "decode"
+    } else {
+        "both"
+    }
 }
 
 fn json_rate(rate: f64) -> Value {
@@ -703,13 +707,7 @@ fn print_summary(args: &RunArgs, setup: &Setup, result: &SimResult, slo: Option<
         );
         for k in 0..result.replicas.len() {
             let p = SimReport::for_replica(result, k);
-            let role = if k < result.num_prefill_replicas {
-                "prefill"
-            } else if result.num_prefill_replicas > 0 {
-                "decode"
-            } else {
-                "both"
-            };
+            let role = replica_role(result, k);
             println!(
                 "{:>7} {:>8} {:>9} {:>10.2} {:>10.2} {:>9.1} {:>7.1}% {:>8}",
                 k,

@@ -174,6 +174,14 @@ impl GrammarBitmask {
             .unwrap_or(&[])
     }
 
+    /// Each row with its request, in row order.
+    pub fn rows(&self) -> impl Iterator<Item = (&str, &[u32])> {
+        self.req_ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| (&**id, self.row(i)))
+    }
+
     pub fn is_empty(&self) -> bool {
         self.req_ids.is_empty()
     }

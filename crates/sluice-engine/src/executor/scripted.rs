@@ -198,16 +198,8 @@ impl Executor for ScriptedExecutor {
         let mut out = ModelRunnerOutput::with_capacity(so.num_scheduled_tokens.len());
         let mut logprobs = Vec::new();
         let mut any_logprobs = false;
-        let masks: HashMap<&str, &[u32]> = so
-            .grammar_bitmask
-            .iter()
-            .flat_map(|m| {
-                m.req_ids
-                    .iter()
-                    .enumerate()
-                    .map(move |(i, id)| (&**id, m.row(i)))
-            })
-            .collect();
+        let masks: HashMap<&str, &[u32]> =
+            so.grammar_bitmask.iter().flat_map(|m| m.rows()).collect();
         for s in &so.num_scheduled_tokens {
             let state = self
                 .reqs

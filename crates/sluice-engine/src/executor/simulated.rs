@@ -277,16 +277,8 @@ impl Executor for SimulatedExecutor {
         if shape.rows.is_empty() {
             return Ok(out);
         }
-        let masks: HashMap<&str, &[u32]> = so
-            .grammar_bitmask
-            .iter()
-            .flat_map(|m| {
-                m.req_ids
-                    .iter()
-                    .enumerate()
-                    .map(move |(i, id)| (&**id, m.row(i)))
-            })
-            .collect();
+        let masks: HashMap<&str, &[u32]> =
+            so.grammar_bitmask.iter().flat_map(|m| m.rows()).collect();
         let mut logprobs = Vec::new();
         let mut any_logprobs = false;
         for (s, row) in so.num_scheduled_tokens.iter().zip(&shape.rows) {
