@@ -100,10 +100,14 @@ impl ToolMode {
 }
 
 impl ToolStream {
-    fn push(&mut self, text: String, finished: bool) -> StreamDelta {
+    /// `has_tokens`: the output carries tokens. Plain content streams a
+    /// delta for every such output, `""` when their text is not shown yet,
+    /// as vLLM does (clients time TTFT and ITL by chunks); a tool parser
+    /// decides for itself.
+    fn push(&mut self, text: String, finished: bool, has_tokens: bool) -> StreamDelta {
         let mut d = match self {
             ToolStream::Plain => StreamDelta {
-                content: (!text.is_empty()).then_some(text),
+                content: (!text.is_empty() || has_tokens).then_some(text),
                 tool_calls: Vec::new(),
             },
             ToolStream::Forced(f) => f.push(&text),
@@ -443,7 +447,8 @@ fn stream_response(
         let Some((stream, called)) = streams.get_mut(&i) else {
             return chunks;
         };
-        let mut delta = stream.push(out.text, fin.is_some());
+        let has_tokens = !out.token_ids.is_empty();
+        let mut delta = stream.push(out.text, fin.is_some(), has_tokens);
         if keeps {
             tool_config.limit_delta(&mut delta);
         } else if !delta.tool_calls.is_empty() {

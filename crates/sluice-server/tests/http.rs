@@ -164,6 +164,30 @@ async fn tokens_without_text_still_stream_a_chunk() {
     assert_eq!(usage["completion_tokens"], 8, "{body}");
     assert_eq!(texts.len(), 8, "{texts:?}");
     assert_eq!(texts[..4], ["a", "", "é", ""], "{texts:?}");
+
+    // Chat content streams the same way, after the role chunk.
+    let r = s
+        .post(
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 20,
+                   "stream": true}),
+        )
+        .await;
+    let body = r.text().await.unwrap();
+    let data = sse_data(&body);
+    let contents: Vec<String> = data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str::<Value>(d).unwrap())
+        .skip(1)
+        .filter_map(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(String::from)
+        })
+        .collect();
+    assert_eq!(contents.concat(), "aé€b");
+    assert_eq!(contents.len(), 8, "{contents:?}");
+    assert_eq!(contents[..4], ["a", "", "é", ""], "{contents:?}");
     s.shutdown().await;
 }
 
@@ -389,7 +413,19 @@ async fn client_disconnect_aborts_and_frees_kv() {
     let mut body = r.bytes_stream();
     let first = body.next().await.expect("a first chunk").expect("bytes");
     assert!(!first.is_empty());
-    assert!(s.engine().stats().num_running_reqs + s.engine().stats().num_waiting_reqs > 0);
+    // The engine publishes a step's stats after its outputs, so a loaded
+    // machine can deliver the first chunk before the stats that show the
+    // request running: wait for them (200 tokens at 5 ms a step is 1 s).
+    let mut seen = false;
+    for _ in 0..100 {
+        let st = s.engine().stats();
+        if st.num_running_reqs + st.num_waiting_reqs > 0 {
+            seen = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(seen, "the request never showed as running");
     drop(body);
     // The engine notices the dropped stream and frees the request.
     let mut freed = false;
