@@ -359,6 +359,23 @@ fn setup(args: &RunArgs) -> Result<Setup> {
         hash_seed: hash_seed_from_env().map_err(bad_config)?,
         ..SchedulerConfig::default()
     };
+    // A `sluice replay` trace was recorded under its own scheduler config:
+    // its decisions are that config's, so it replaces the flags'.
+    let (config, kv_note) = match replay_config(args)? {
+        Some(replay) => {
+            eprintln!(
+                "sluice simulate: the replay trace sets the scheduler config ({} KV blocks of \
+                 {} tokens, {} batched tokens); the scheduler flags are not used",
+                replay.num_gpu_blocks, replay.block_size, replay.max_num_batched_tokens
+            );
+            let note = format!(
+                "{} KV blocks (the replay trace's config)",
+                replay.num_gpu_blocks
+            );
+            (replay, note)
+        }
+        None => (config, kv_note),
+    };
     sluice_core::Scheduler::new(config.clone()).map_err(|e| bad_config(e.to_string()))?;
     Ok(Setup {
         shape,
@@ -367,6 +384,20 @@ fn setup(args: &RunArgs) -> Result<Setup> {
         config,
         kv_note,
     })
+}
+
+/// The scheduler config of a `sluice replay` trace given as the dataset.
+fn replay_config(args: &RunArgs) -> Result<Option<SchedulerConfig>> {
+    let (Some(path), "trace") = (&args.dataset_path, args.dataset_name.as_str()) else {
+        return Ok(None);
+    };
+    let format = sluice_sim::traces::trace_format(path).map_err(|e| bad_config(e.to_string()))?;
+    if format != sluice_sim::traces::TraceFormat::Replay {
+        return Ok(None);
+    }
+    let replay =
+        sluice_sim::traces::read_replay_trace(path).map_err(|e| bad_config(e.to_string()))?;
+    Ok(Some(replay.config))
 }
 
 /// The requests of one run at `rate` requests (or conversations) per second.

@@ -319,3 +319,59 @@ fn bad_flags_are_refused_naming_them() {
     refused(&["--model", "Llama-3.1-70B"], "do not fit");
     refused(&["--dataset-name", "trace"], "--dataset-path");
 }
+
+/// `sluice replay`'s traces of vLLM runs, simulated: the trace's scheduler
+/// config is used, and each engine step schedules the tokens vLLM's did
+/// (the golden decision logs), step for step (every trace without aborts,
+/// FCFS and priority; a trace cut by `max_steps` is compared over vLLM's
+/// steps).
+#[test]
+fn replay_traces_schedule_vllms_tokens_step_for_step() {
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../sluice-core/tests/data/traces");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let Some(stem) = name.strip_suffix(".trace.json") else {
+            continue;
+        };
+        let trace: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        if trace["aborts"].as_array().is_some_and(|a| !a.is_empty()) {
+            continue;
+        }
+        let golden: Vec<u64> = std::fs::read_to_string(dir.join(format!("{stem}.vllm.jsonl")))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .map(|step| {
+                step["scheduled"]
+                    .as_object()
+                    .map_or(0, |m| m.values().filter_map(Value::as_u64).sum())
+            })
+            .filter(|&n| n > 0)
+            .collect();
+        let timeline = tmp(&format!("{stem}.csv"));
+        let v = json_of(&[
+            "--dataset-name",
+            "trace",
+            "--dataset-path",
+            path.to_str().unwrap(),
+            "--timeline",
+            timeline.to_str().unwrap(),
+        ]);
+        let n = trace["requests"].as_array().unwrap().len();
+        assert_eq!(v["completed"].as_u64(), Some(n as u64), "{stem}");
+        let simulated: Vec<u64> = std::fs::read_to_string(&timeline)
+            .unwrap()
+            .lines()
+            .skip(1)
+            .map(|l| l.split(',').nth(2).unwrap().parse().unwrap())
+            .filter(|&n: &u64| n > 0)
+            .collect();
+        assert!(simulated.len() >= golden.len(), "{stem}");
+        assert_eq!(simulated[..golden.len()], golden[..], "{stem}");
+        checked += 1;
+    }
+    assert!(checked >= 20, "only {checked} traces checked");
+}
