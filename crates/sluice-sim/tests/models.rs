@@ -996,3 +996,36 @@ fn a_boxed_profile_model_drives_the_simulator() {
         20
     );
 }
+
+/// The fitted CPU profile shipped as an example (the one README's
+/// validation table was predicted with) loads, and predicts what its log
+/// measured: about 24 ms for a lone decode step, about 2.5 ms a prefill
+/// token on top.
+#[test]
+fn the_shipped_cpu_profile_predicts_its_measured_steps() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/profiles/cpu-qwen2.5-0.5b-bf16-2threads.json"
+    );
+    let profile = Profile::load(path).unwrap();
+    assert_eq!(profile.kind(), "fitted");
+    let model = profile.step_model(None, 1).unwrap();
+    let decode = StepShape {
+        rows: vec![RowShape {
+            new_tokens: 1,
+            context_before: 300,
+            samples: true,
+        }],
+    };
+    let t = model.step_time(&decode);
+    assert!((0.018..0.030).contains(&t), "{t}");
+    let prefill = StepShape {
+        rows: vec![RowShape {
+            new_tokens: 256,
+            context_before: 0,
+            samples: true,
+        }],
+    };
+    let per_token = (model.step_time(&prefill) - t) / 255.0;
+    assert!((0.0015..0.0035).contains(&per_token), "{per_token}");
+}
