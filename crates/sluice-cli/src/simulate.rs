@@ -20,7 +20,7 @@ use serde_json::{json, Map, Value};
 use sluice_core::SchedulerConfig;
 use sluice_sim::conversation::{ConversationWorkload, ThinkTime};
 use sluice_sim::lengths::LengthDist;
-use sluice_sim::profile::{FittedProfile, Profile};
+use sluice_sim::profile::{FittedProfile, Profile, StepRange};
 use sluice_sim::roofline::Hardware;
 use sluice_sim::router::RouterKind;
 use sluice_sim::timeline::TimelineWriter;
@@ -217,6 +217,7 @@ fn run_fit(args: &FitArgs) -> Result<()> {
         .map_err(|e| bad_config(format!("{file}: {e}")))?;
     let mut fitted = FittedProfile::from_report(&report, file.clone());
     fitted.name = args.name.clone();
+    fitted.fitted_range = StepRange::of(&records);
     Profile::Fitted(fitted)
         .save(&args.output)
         .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -310,6 +311,8 @@ struct Setup {
     hardware: Option<Hardware>,
     config: SchedulerConfig,
     kv_note: String,
+    /// A fitted profile's range: runs say how many steps went beyond it.
+    fitted_range: Option<StepRange>,
 }
 
 fn setup(args: &RunArgs) -> Result<Setup> {
@@ -323,6 +326,10 @@ fn setup(args: &RunArgs) -> Result<Setup> {
         .step_model(Some(&shape), args.tensor_parallel_size)
         .map_err(|e| bad_config(format!("--hardware {}: {e}", args.hardware)))?;
     let hardware = profile.hardware().copied();
+    let fitted_range = match &profile {
+        Profile::Fitted(f) => f.fitted_range,
+        _ => None,
+    };
     let s = &args.sched;
     if s.block_size == 0 {
         return Err(bad_config("--block-size: must be at least 1"));
@@ -383,6 +390,7 @@ fn setup(args: &RunArgs) -> Result<Setup> {
         hardware,
         config,
         kv_note,
+        fitted_range,
     })
 }
 
@@ -754,6 +762,28 @@ fn print_summary(args: &RunArgs, setup: &Setup, result: &SimResult, slo: Option<
     }
 }
 
+/// Says how many steps were larger than any the fitted profile saw.
+fn warn_beyond_fit(setup: &Setup, result: &SimResult) {
+    let Some(range) = setup.fitted_range else {
+        return;
+    };
+    let beyond = result
+        .steps
+        .iter()
+        .filter(|s| range.exceeded_by(s.num_tokens, s.num_reqs))
+        .count();
+    if beyond > 0 {
+        eprintln!(
+            "sluice simulate: {beyond} of {} steps ({:.1}%) were larger than any the profile was \
+             fitted on (at most {} tokens, {} requests a step): their times are extrapolated",
+            result.steps.len(),
+            100.0 * beyond as f64 / result.steps.len().max(1) as f64,
+            range.max_tokens,
+            range.max_rows
+        );
+    }
+}
+
 fn write_timeline(path: &PathBuf, result: &SimResult) -> Result<()> {
     let file = std::fs::File::create(path)
         .with_context(|| format!("--timeline: creating {}", path.display()))
@@ -798,6 +828,7 @@ fn run_simulation(args: &RunArgs) -> Result<()> {
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
+    warn_beyond_fit(&setup, &result);
     if let Some(path) = &args.timeline {
         write_timeline(path, &result)?;
     }

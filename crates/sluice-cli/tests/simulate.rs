@@ -282,6 +282,23 @@ fn fit_writes_a_profile_that_simulate_runs_on() {
     let tpot = v["median_tpot_ms"].as_f64().unwrap();
     assert!((tpot - 12.0).abs() < 0.5, "TPOT {tpot} ms");
 
+    // Forty requests at once make steps bigger than any in the log: said.
+    let out = simulate(&[
+        "--hardware",
+        profile.to_str().unwrap(),
+        "--num-gpu-blocks-override",
+        "4096",
+        "--num-prompts",
+        "40",
+        "--random-input-len",
+        "64",
+        "--random-output-len",
+        "8",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("extrapolated"), "{err}");
+
     // A fitted profile has no memory: the KV size must be given.
     refused(
         &[

@@ -79,7 +79,43 @@ pub struct FittedProfile {
     pub train_steps: usize,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub held_out: Option<HeldOutError>,
+    /// The largest steps of the log it was fitted on: beyond them its
+    /// predictions are extrapolations (`sluice simulate` says how often).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fitted_range: Option<StepRange>,
     pub model: FittedModel,
+}
+
+/// The extent of the steps a profile was fitted on.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StepRange {
+    /// Most tokens in one step.
+    pub max_tokens: usize,
+    /// Most requests in one step.
+    pub max_rows: usize,
+}
+
+impl StepRange {
+    /// The range of `records`' steps (`None` when there are none).
+    pub fn of(records: &[crate::steplog::StepRecord]) -> Option<StepRange> {
+        if records.is_empty() {
+            return None;
+        }
+        Some(StepRange {
+            max_tokens: records
+                .iter()
+                .map(|r| r.prefill_tokens + r.decode_tokens)
+                .max()
+                .unwrap_or(0),
+            max_rows: records.iter().map(|r| r.num_reqs).max().unwrap_or(0),
+        })
+    }
+
+    /// Whether a step of `tokens` tokens and `rows` requests is beyond it.
+    pub fn exceeded_by(&self, tokens: usize, rows: usize) -> bool {
+        tokens > self.max_tokens || rows > self.max_rows
+    }
 }
 
 impl FittedProfile {
@@ -98,6 +134,7 @@ impl FittedProfile {
                 p90_ape_pct: report.held_out_p90_ape_pct,
                 r2: report.held_out_r2,
             }),
+            fitted_range: None,
             model: report.model.clone(),
         }
     }
