@@ -25,6 +25,7 @@ use sluice_sim::roofline::Hardware;
 use sluice_sim::router::RouterKind;
 use sluice_sim::timeline::TimelineWriter;
 use sluice_sim::traces::{load_trace_with, TraceOptions};
+use sluice_sim::workload::WorkloadError;
 use sluice_sim::{
     ModelShape, PdConfig, RandomWorkload, SimReport, SimRequest, SimResult, Simulator, Slo,
     StepTimeModel,
@@ -461,7 +462,7 @@ fn workload(args: &RunArgs, config: &SchedulerConfig, rate: f64) -> Result<Vec<S
                 seed: args.seed,
                 vocab,
             };
-            w.generate().map_err(|e| bad_config(e.to_string()))
+            w.generate().map_err(workload_error)
         }
         _ => match &args.tokenizer {
             Some(dir) => vllm_random_workload(args, dir, rate),
@@ -482,8 +483,35 @@ fn workload(args: &RunArgs, config: &SchedulerConfig, rate: f64) -> Result<Vec<S
                 ..RandomWorkload::default()
             }
             .generate()
-            .map_err(|e| bad_config(e.to_string())),
+            .map_err(workload_error),
         },
+    }
+}
+
+/// A workload the generator refused, under the flag that set the field.
+fn workload_error(e: WorkloadError) -> anyhow::Error {
+    let flag = |field: &str| match field {
+        "request_rate" | "conversation_rate" => "--request-rate",
+        "burstiness" => "--burstiness",
+        "duration_s" => "--duration",
+        "range_ratio" => "--random-range-ratio",
+        "num_prefix_groups" | "num_system_prompts" => "--num-prefix-groups",
+        "input_len" | "input lengths" | "first message lengths" | "later message lengths" => {
+            "--random-input-len / --input-len-dist"
+        }
+        "output_len" | "output lengths" | "output" => "--random-output-len / --output-len-dist",
+        "think_time" => "--think-time",
+        "turns" => "--num-turns",
+        _ => "",
+    };
+    let (field, message) = match &e {
+        WorkloadError::Invalid(field, what) => (*field, format!("must be {what}")),
+        WorkloadError::Length { field, source } => (*field, source.to_string()),
+        WorkloadError::TooMany { .. } => ("", e.to_string()),
+    };
+    match flag(field) {
+        "" => bad_config(e.to_string()),
+        f => bad_config(format!("{f}: {message}")),
     }
 }
 
@@ -554,6 +582,9 @@ fn simulate(
     let router = args.router;
     let seed = args.seed;
     let factory = move || router.build(seed);
+    if args.max_concurrency == Some(0) {
+        return Err(bad_config("--max-concurrency: must be at least 1"));
+    }
     let mut sim = Simulator::new(setup.config.clone(), &*setup.model)
         .with_max_concurrency(args.max_concurrency);
     if let Some(pd) = &args.pd {

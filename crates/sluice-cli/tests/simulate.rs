@@ -335,6 +335,14 @@ fn bad_flags_are_refused_naming_them() {
     // Llama-3.1-70B's 141 GB of bf16 weights do not fit one H100.
     refused(&["--model", "Llama-3.1-70B"], "do not fit");
     refused(&["--dataset-name", "trace"], "--dataset-path");
+    // The generator's refusals name the flag, not its field.
+    refused(&["--random-range-ratio", "1.5"], "--random-range-ratio");
+    refused(
+        &["--burstiness", "0", "--request-rate", "5"],
+        "--burstiness",
+    );
+    refused(&["--duration", "10"], "--request-rate");
+    refused(&["--max-concurrency", "0"], "--max-concurrency");
 }
 
 /// `sluice replay`'s traces of vLLM runs, simulated: the trace's scheduler
