@@ -944,6 +944,7 @@ fn sweep_rates(args: &RunArgs, setup: &Setup, rates: &[f64]) -> Result<()> {
     for &rate in rates {
         let requests = workload(args, &setup.config, rate)?;
         let result = simulate(args, setup, &requests, args.replicas, None)?;
+        warn_beyond_fit(setup, &result);
         let (row, meets) = sweep_row(args, &result, rate, result.replicas.len());
         if !args.json {
             print_sweep_row(format!("{rate}"), &row);
@@ -970,6 +971,7 @@ fn sweep_replicas(args: &RunArgs, setup: &Setup, lo: usize, hi: usize) -> Result
     }
     for n in lo..=hi {
         let result = simulate(args, setup, &requests, n, None)?;
+        warn_beyond_fit(setup, &result);
         let (row, meets) = sweep_row(args, &result, args.request_rate, n);
         if !args.json {
             print_sweep_row(format!("{n}"), &row);
