@@ -24,7 +24,7 @@ use sluice_sim::profile::{FittedProfile, Profile, StepRange};
 use sluice_sim::roofline::Hardware;
 use sluice_sim::router::RouterKind;
 use sluice_sim::timeline::TimelineWriter;
-use sluice_sim::traces::{load_trace_with, TraceOptions};
+use sluice_sim::traces::{load_trace_with, LoadedTrace, TraceOptions};
 use sluice_sim::workload::WorkloadError;
 use sluice_sim::{
     ModelShape, PdConfig, RandomWorkload, SimReport, SimRequest, SimResult, Simulator, Slo,
@@ -314,7 +314,12 @@ struct Setup {
     kv_note: String,
     /// A fitted profile's range: runs say how many steps went beyond it.
     fitted_range: Option<StepRange>,
+    /// `--dataset-name trace`'s file, read once.
+    trace: Option<LoadedTrace>,
 }
+
+/// Token ids of synthetic prompts are drawn below this.
+const SYNTHETIC_VOCAB: u32 = 32_000;
 
 fn setup(args: &RunArgs) -> Result<Setup> {
     let shape = ModelShape::load(&args.model).map_err(|e| bad_config(format!("--model: {e}")))?;
@@ -369,7 +374,12 @@ fn setup(args: &RunArgs) -> Result<Setup> {
     };
     // A `sluice replay` trace was recorded under its own scheduler config:
     // its decisions are that config's, so it replaces the flags'.
-    let (config, kv_note) = match replay_config(args)? {
+    let trace = load_trace_dataset(args)?;
+    let replay = trace
+        .as_ref()
+        .and_then(|t| t.replay.as_ref())
+        .map(|r| r.config.clone());
+    let (config, kv_note) = match replay {
         Some(replay) => {
             eprintln!(
                 "sluice simulate: the replay trace sets the scheduler config ({} KV blocks of \
@@ -392,48 +402,48 @@ fn setup(args: &RunArgs) -> Result<Setup> {
         config,
         kv_note,
         fitted_range,
+        trace,
     })
 }
 
-/// The scheduler config of a `sluice replay` trace given as the dataset.
-fn replay_config(args: &RunArgs) -> Result<Option<SchedulerConfig>> {
-    let (Some(path), "trace") = (&args.dataset_path, args.dataset_name.as_str()) else {
-        return Ok(None);
-    };
-    let format = sluice_sim::traces::trace_format(path).map_err(|e| bad_config(e.to_string()))?;
-    if format != sluice_sim::traces::TraceFormat::Replay {
+/// The trace file of `--dataset-name trace`, read once for every run.
+fn load_trace_dataset(args: &RunArgs) -> Result<Option<LoadedTrace>> {
+    if args.dataset_name != "trace" {
         return Ok(None);
     }
-    let replay =
-        sluice_sim::traces::read_replay_trace(path).map_err(|e| bad_config(e.to_string()))?;
-    Ok(Some(replay.config))
+    let path = args
+        .dataset_path
+        .as_ref()
+        .ok_or_else(|| bad_config("--dataset-path: --dataset-name trace needs a trace file"))?;
+    let opts = TraceOptions {
+        seed: args.seed,
+        vocab: SYNTHETIC_VOCAB,
+        max_requests: None,
+    };
+    let loaded = load_trace_with(path, &opts).map_err(|e| bad_config(e.to_string()))?;
+    if let Some(replay) = &loaded.replay {
+        if !replay.aborts.is_empty() {
+            eprintln!(
+                "sluice simulate: the trace aborts {} request(s); aborts are not simulated, \
+                 those requests run to their output length",
+                replay.aborts.len()
+            );
+        }
+    }
+    Ok(Some(loaded))
 }
 
 /// The requests of one run at `rate` requests (or conversations) per second.
-fn workload(args: &RunArgs, config: &SchedulerConfig, rate: f64) -> Result<Vec<SimRequest>> {
-    let vocab = 32_000;
+fn workload(args: &RunArgs, setup: &Setup, rate: f64) -> Result<Vec<SimRequest>> {
+    let config = &setup.config;
+    let vocab = SYNTHETIC_VOCAB;
     match args.dataset_name.as_str() {
-        "trace" => {
-            let path = args.dataset_path.as_ref().ok_or_else(|| {
-                bad_config("--dataset-path: --dataset-name trace needs a trace file")
-            })?;
-            let opts = TraceOptions {
-                seed: args.seed,
-                vocab,
-                max_requests: None,
-            };
-            let loaded = load_trace_with(path, &opts).map_err(|e| bad_config(e.to_string()))?;
-            if let Some(replay) = &loaded.replay {
-                if !replay.aborts.is_empty() {
-                    eprintln!(
-                        "sluice simulate: the trace aborts {} request(s); aborts are not \
-                         simulated, those requests run to their output length",
-                        replay.aborts.len()
-                    );
-                }
-            }
-            Ok(loaded.requests)
-        }
+        "trace" => match &setup.trace {
+            Some(trace) => Ok(trace.requests.clone()),
+            None => Err(bad_config(
+                "--dataset-path: --dataset-name trace needs a trace file",
+            )),
+        },
         "multi-turn" => {
             let w = ConversationWorkload {
                 num_conversations: args.num_prompts,
@@ -851,7 +861,7 @@ fn run_simulation(args: &RunArgs) -> Result<()> {
         }
         return sweep_replicas(args, &setup, a, b);
     }
-    let requests = workload(args, &setup.config, args.request_rate)?;
+    let requests = workload(args, &setup, args.request_rate)?;
     let bar = progress_bar(args, requests.len());
     let t0 = Instant::now();
     let result = simulate(args, &setup, &requests, args.replicas, bar.as_ref())?;
@@ -942,7 +952,7 @@ fn sweep_rates(args: &RunArgs, setup: &Setup, rates: &[f64]) -> Result<()> {
         print_sweep_header("rate");
     }
     for &rate in rates {
-        let requests = workload(args, &setup.config, rate)?;
+        let requests = workload(args, setup, rate)?;
         let result = simulate(args, setup, &requests, args.replicas, None)?;
         warn_beyond_fit(setup, &result);
         let (row, meets) = sweep_row(args, &result, rate, result.replicas.len());
@@ -963,7 +973,7 @@ fn sweep_rates(args: &RunArgs, setup: &Setup, rates: &[f64]) -> Result<()> {
 }
 
 fn sweep_replicas(args: &RunArgs, setup: &Setup, lo: usize, hi: usize) -> Result<()> {
-    let requests = workload(args, &setup.config, args.request_rate)?;
+    let requests = workload(args, setup, args.request_rate)?;
     let mut rows = Vec::new();
     let mut fewest: Option<usize> = None;
     if !args.json {

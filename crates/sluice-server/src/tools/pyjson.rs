@@ -77,6 +77,50 @@ impl Parser<'_> {
         self.s.get(self.i).copied().ok_or(self.eof())
     }
 
+    /// Past a container's opening byte: whether it closes at once (`close`
+    /// consumed).
+    fn opens_empty(&mut self, close: u8) -> Result<bool, Stop> {
+        self.i += 1;
+        self.ws();
+        if self.peek()? == close {
+            self.i += 1;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// After a container's element: `,` (false) or its `close` (true).
+    fn comma_or_close(&mut self, close: u8) -> Result<bool, Stop> {
+        self.ws();
+        match self.peek()? {
+            b',' => {
+                self.i += 1;
+                Ok(false)
+            }
+            b if b == close => {
+                self.i += 1;
+                Ok(true)
+            }
+            _ => Err(Stop::Invalid),
+        }
+    }
+
+    /// An object member's `"key":`, and the whitespace after it.
+    fn member_key(&mut self) -> Result<String, Stop> {
+        self.ws();
+        if self.peek()? != b'"' {
+            return Err(Stop::Invalid);
+        }
+        let key = self.string()?;
+        self.ws();
+        if self.peek()? != b':' {
+            return Err(Stop::Invalid);
+        }
+        self.i += 1;
+        self.ws();
+        Ok(key)
+    }
+
     fn value(&mut self, depth: usize) -> Result<J, Stop> {
         if depth > MAX_DEPTH {
             return Err(Stop::Invalid);
@@ -226,49 +270,27 @@ impl Parser<'_> {
     }
 
     fn array(&mut self, depth: usize) -> Result<J, Stop> {
-        self.i += 1;
         let mut items = Vec::new();
-        self.ws();
-        if self.peek()? == b']' {
-            self.i += 1;
+        if self.opens_empty(b']')? {
             return Ok(J::Arr(items));
         }
         loop {
             self.ws();
             items.push(self.value(depth + 1)?);
-            self.ws();
-            match self.peek()? {
-                b',' => self.i += 1,
-                b']' => {
-                    self.i += 1;
-                    return Ok(J::Arr(items));
-                }
-                _ => return Err(Stop::Invalid),
+            if self.comma_or_close(b']')? {
+                return Ok(J::Arr(items));
             }
         }
     }
 
     fn object(&mut self, depth: usize) -> Result<J, Stop> {
-        self.i += 1;
         let mut members: Vec<(String, J)> = Vec::new();
         let mut index: HashMap<String, usize> = HashMap::new();
-        self.ws();
-        if self.peek()? == b'}' {
-            self.i += 1;
+        if self.opens_empty(b'}')? {
             return Ok(J::Obj(members));
         }
         loop {
-            self.ws();
-            if self.peek()? != b'"' {
-                return Err(Stop::Invalid);
-            }
-            let key = self.string()?;
-            self.ws();
-            if self.peek()? != b':' {
-                return Err(Stop::Invalid);
-            }
-            self.i += 1;
-            self.ws();
+            let key = self.member_key()?;
             let v = self.value(depth + 1)?;
             match index.get(&key) {
                 Some(&k) => members[k].1 = v,
@@ -277,14 +299,8 @@ impl Parser<'_> {
                     members.push((key, v));
                 }
             }
-            self.ws();
-            match self.peek()? {
-                b',' => self.i += 1,
-                b'}' => {
-                    self.i += 1;
-                    return Ok(J::Obj(members));
-                }
-                _ => return Err(Stop::Invalid),
+            if self.comma_or_close(b'}')? {
+                return Ok(J::Obj(members));
             }
         }
     }
@@ -377,25 +393,12 @@ pub(crate) fn scan_object(text: &str, start: usize, at_end: bool) -> ObjScan {
         if p.peek()? != b'{' {
             return Err(Stop::Invalid);
         }
-        p.i += 1;
-        p.ws();
-        if p.peek()? == b'}' {
-            p.i += 1;
+        if p.opens_empty(b'}')? {
             out.end = Some(p.i);
             return Ok(());
         }
         loop {
-            p.ws();
-            if p.peek()? != b'"' {
-                return Err(Stop::Invalid);
-            }
-            let key = p.string()?;
-            p.ws();
-            if p.peek()? != b':' {
-                return Err(Stop::Invalid);
-            }
-            p.i += 1;
-            p.ws();
+            let key = p.member_key()?;
             p.peek()?;
             let vstart = p.i;
             out.members.push(Member {
@@ -407,15 +410,9 @@ pub(crate) fn scan_object(text: &str, start: usize, at_end: bool) -> ObjScan {
             if let Some(m) = out.members.last_mut() {
                 m.done = Some((v, p.i));
             }
-            p.ws();
-            match p.peek()? {
-                b',' => p.i += 1,
-                b'}' => {
-                    p.i += 1;
-                    out.end = Some(p.i);
-                    return Ok(());
-                }
-                _ => return Err(Stop::Invalid),
+            if p.comma_or_close(b'}')? {
+                out.end = Some(p.i);
+                return Ok(());
             }
         }
     })();
@@ -451,10 +448,7 @@ pub(crate) fn scan_array(text: &str, start: usize, at_end: bool) -> ArrScan {
         if p.peek()? != b'[' {
             return Err(Stop::Invalid);
         }
-        p.i += 1;
-        p.ws();
-        if p.peek()? == b']' {
-            p.i += 1;
+        if p.opens_empty(b']')? {
             out.end = Some(p.i);
             return Ok(());
         }
@@ -473,15 +467,9 @@ pub(crate) fn scan_array(text: &str, start: usize, at_end: bool) -> ArrScan {
                 out.elems.push(Elem::Other);
                 p.value(1)?;
             }
-            p.ws();
-            match p.peek()? {
-                b',' => p.i += 1,
-                b']' => {
-                    p.i += 1;
-                    out.end = Some(p.i);
-                    return Ok(());
-                }
-                _ => return Err(Stop::Invalid),
+            if p.comma_or_close(b']')? {
+                out.end = Some(p.i);
+                return Ok(());
             }
         }
     })();
