@@ -11,14 +11,12 @@ use crate::exit::{bad_config, config_error};
 use anyhow::{Context, Result};
 use clap::Args;
 use sluice_core::{HashAlgo, SchedulerConfig, SchedulingPolicy};
-use sluice_engine::{
-    Engine, EngineConfig, Executor, SimulatedExecutor, StartOptions, StepClock, TokenId, Tokenizer,
-};
+use sluice_engine::{Engine, EngineConfig, Executor, StartOptions, TokenId, Tokenizer};
 use sluice_model::config::{GenerationConfig, ModelConfig};
 use sluice_model::kernels::QuantFormat;
 use sluice_model::model::GgufInfo;
 use sluice_model::{DType, KvCacheSize, LoadFormat, ModelExecutor, ModelSpec};
-use sluice_sim::StepTimeModel;
+use sluice_sim::{SimulatedExecutor, StepTimeModel};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -169,9 +167,6 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
 pub struct PreparedEngine {
     pub config: EngineConfig,
     pub executor: Box<dyn Executor>,
-    /// The clock a self-pacing executor (the simulated one) reads the step
-    /// start from; the engine marks it.
-    pub step_clock: Option<StepClock>,
     pub tokenizer: Arc<Tokenizer>,
     /// A name for the model (its directory's name, or the built-in's).
     pub model_name: String,
@@ -196,12 +191,8 @@ impl PreparedEngine {
         })
     }
 
-    /// [`PreparedEngine::start`] with `options` (the step clock is added
-    /// when the executor has one).
-    pub fn start_with_options(self, mut options: StartOptions) -> Result<Engine> {
-        if options.step_clock.is_none() {
-            options.step_clock = self.step_clock;
-        }
+    /// [`PreparedEngine::start`] with `options`.
+    pub fn start_with_options(self, options: StartOptions) -> Result<Engine> {
         Engine::start_with_options(self.config, self.executor, self.tokenizer, options).map_err(
             |e| {
                 let message = flag_error(&e);
@@ -570,7 +561,7 @@ fn prepare(
         .into_iter()
         .chain(generation_config.eos_token_ids.iter().copied())
         .collect();
-    let (executor, step_clock): (Box<dyn Executor>, Option<StepClock>) = match (sim, &loaded) {
+    let executor: Box<dyn Executor> = match (sim, &loaded) {
         (Some(sim), _) => {
             let shape = model_shape(&model_config);
             let tp = sim.tensor_parallel_size;
@@ -590,21 +581,26 @@ fn prepare(
             };
             // Token ids the tokenizer can decode and the model could emit.
             let vocab = model_config.vocab_size.min(tokenizer.vocab_size());
-            let exec = SimulatedExecutor::new(step_model, blocks, vocab, model.model_seed)
-                .with_excluded_tokens(eos_ids);
-            let clock = exec.step_clock();
+            let exec = SimulatedExecutor::new(
+                step_model,
+                blocks,
+                sched.block_size,
+                vocab,
+                model.model_seed,
+            )
+            .with_excluded_tokens(eos_ids);
             eprintln!(
                 "sluice: simulated executor: no weights loaded; steps take the time --profile {} \
                  predicts (tensor parallel {tp}), {blocks} KV blocks",
                 sim.profile
             );
-            (Box::new(exec), Some(clock))
+            Box::new(exec)
         }
         (None, Some(loaded)) => {
             let exec = ModelExecutor::new(loaded, sched.block_size, kv_size, model.model_seed)
                 .context(kv_flag)
                 .map_err(config_error)?;
-            (Box::new(exec), None)
+            Box::new(exec)
         }
         (None, None) => anyhow::bail!("internal: no model loaded"),
     };
@@ -626,7 +622,6 @@ fn prepare(
     Ok(PreparedEngine {
         config,
         executor,
-        step_clock,
         tokenizer: Arc::new(tokenizer),
         model_name,
     })

@@ -333,7 +333,6 @@ fn serve_blocking(args: ServeArgs) -> Result<()> {
     let engine = prepared.start_with_options(StartOptions {
         kv_event_sink: sink,
         step_log,
-        step_clock: None,
     })?;
     // The HTTP side only parses, validates and forwards: two worker threads
     // are plenty, and the model's kernel threads keep the cores.

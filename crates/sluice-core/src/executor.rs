@@ -11,7 +11,8 @@
 //! protocol: full data for new requests, deltas for cached ones, finished
 //! and preempted ids) and answers with the sampled tokens. It owns the KV
 //! cache storage; the scheduler only hands out block ids, so the executor
-//! tells the engine how many blocks its pool holds.
+//! tells the engine how many blocks its pool holds and how many tokens a
+//! block holds (the engine refuses a scheduler whose block size differs).
 
 use crate::output::{ModelRunnerOutput, SchedulerOutput};
 
@@ -21,11 +22,20 @@ pub trait Executor: Send {
     /// `num_gpu_blocks`.
     fn num_kv_blocks(&self) -> usize;
 
+    /// Tokens per KV block, the one the pool was built with: it must equal
+    /// the scheduler's `block_size` (the engine checks, naming both).
+    fn block_size(&self) -> usize;
+
     /// Token ids the model accepts (`0..vocab_size`), if known: prompts with
     /// other ids are refused up front instead of failing a step.
     fn vocab_size(&self) -> Option<usize> {
         None
     }
+
+    /// The engine begins a step: called before `schedule()`, so an
+    /// executor that paces itself (a simulated one) can count scheduling
+    /// inside the step's time.
+    fn begin_step(&mut self) {}
 
     /// Executes one step. Called for every `schedule()`, also when nothing
     /// was scheduled (so the executor drops finished requests' state). An
@@ -36,6 +46,12 @@ pub trait Executor: Send {
 impl<E: Executor + ?Sized> Executor for Box<E> {
     fn num_kv_blocks(&self) -> usize {
         (**self).num_kv_blocks()
+    }
+    fn block_size(&self) -> usize {
+        (**self).block_size()
+    }
+    fn begin_step(&mut self) {
+        (**self).begin_step()
     }
     fn vocab_size(&self) -> Option<usize> {
         (**self).vocab_size()

@@ -26,6 +26,8 @@ pub mod sampling_params;
 mod schedule;
 pub mod scheduler;
 pub mod stats;
+pub mod step_record;
+pub mod step_shape;
 pub mod trace;
 mod update;
 
@@ -43,3 +45,5 @@ pub use request::{
 pub use sampling_params::SamplingParams;
 pub use scheduler::{PauseState, Scheduler};
 pub use stats::{PrefixCacheStats, SchedulerStats};
+pub use step_record::StepRecord;
+pub use step_shape::{RowShape, ShapeTracker, StepShape};

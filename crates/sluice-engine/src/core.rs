@@ -19,7 +19,7 @@
 
 use crate::engine::{Command, Engine, EngineConfig, PendingRequest, Shared, ShutdownMode};
 use crate::error::EngineError;
-use crate::executor::{Executor, StepClock};
+use crate::executor::Executor;
 use crate::kv_events::{unix_time, KvEventSink};
 use crate::output::CompletionText;
 use crate::request::{Finished, RequestOutput, StopReason};
@@ -31,8 +31,7 @@ use sluice_core::{
     FinishReason, ModelRunnerOutput, NewRequest, RequestId, RequestStatus, SampleLogprobs,
     Scheduler, SchedulerOutput, StopReason as CoreStopReason, TokenId,
 };
-use sluice_sim::steplog::StepRecord;
-use sluice_sim::StepShape;
+use sluice_core::{StepRecord, StepShape};
 use sluice_structured::{GrammarMatcher, PendingGrammar};
 use sluice_tokenizer::Tokenizer;
 use std::collections::{HashMap, HashSet};
@@ -126,8 +125,6 @@ pub struct EngineCore {
     step_record: Option<StepRecord>,
     /// Steps run (`schedule()` calls), logged or not.
     num_steps: u64,
-    /// Marked at each step's start, for a self-pacing executor.
-    step_clock: Option<StepClock>,
 }
 
 impl EngineCore {
@@ -140,6 +137,19 @@ impl EngineCore {
     ) -> Result<(EngineCore, Engine), EngineError> {
         config.scheduler.num_gpu_blocks = executor.num_kv_blocks();
         config.scheduler.validate()?;
+        // The block tables the scheduler hands out index the executor's
+        // pool: both must mean the same number of tokens per block.
+        if executor.block_size() != config.scheduler.block_size {
+            return Err(EngineError::Invalid(sluice_core::FieldError::new(
+                "block_size",
+                format!(
+                    "the scheduler's block size ({}) differs from the executor's KV cache \
+                     block size ({}); they must be equal",
+                    config.scheduler.block_size,
+                    executor.block_size()
+                ),
+            )));
+        }
         // vLLM refuses to start when one sequence of max_model_len tokens
         // cannot fit in the pool: such a request would be preempted forever.
         let sc = &config.scheduler;
@@ -205,7 +215,6 @@ impl EngineCore {
             step_log: None,
             step_record: None,
             num_steps: 0,
-            step_clock: None,
         };
         Ok((core, engine))
     }
@@ -237,13 +246,6 @@ impl EngineCore {
         self.step_log = Some(log);
     }
 
-    /// Marks `clock` at the start of every step from now on (for an
-    /// executor that paces itself by the step start, as
-    /// `SimulatedExecutor` does).
-    pub fn set_step_clock(&mut self, clock: StepClock) {
-        self.step_clock = Some(clock);
-    }
-
     pub fn scheduler(&self) -> &Scheduler {
         &self.scheduler
     }
@@ -262,9 +264,7 @@ impl EngineCore {
             self.publish();
             return false;
         }
-        if let Some(clock) = &self.step_clock {
-            clock.mark_at(start);
-        }
+        self.executor.begin_step();
         self.run_step(start);
         self.publish();
         if let Some(mut record) = self.step_record.take() {

@@ -9,7 +9,7 @@
 
 use crate::core::EngineCore;
 use crate::error::EngineError;
-use crate::executor::{Executor, StepClock};
+use crate::executor::Executor;
 use crate::kv_events::KvEventSink;
 use crate::limits::{check_token_ids, queued_tokens, RequestLimits};
 use crate::request::{GenerateRequest, RequestOutput};
@@ -83,9 +83,6 @@ pub struct StartOptions {
     pub kv_event_sink: Option<Box<dyn KvEventSink>>,
     /// One line per step that scheduled tokens (see [`crate::step_log`]).
     pub step_log: Option<StepLog>,
-    /// Marked at each step's start, for an executor that paces itself by
-    /// it (`SimulatedExecutor::step_clock`).
-    pub step_clock: Option<StepClock>,
 }
 
 /// How `shutdown` treats requests in flight.
@@ -286,9 +283,6 @@ impl Engine {
         }
         if let Some(log) = options.step_log {
             core.set_step_log(log);
-        }
-        if let Some(clock) = options.step_clock {
-            core.set_step_clock(clock);
         }
         let shared = engine.inner.shared.clone();
         let thread = std::thread::Builder::new()

@@ -13,8 +13,9 @@
 //!   by `Engine::start`, or driven step by step.
 //! - [`Executor`]: what computes tokens (the trait is sluice-core's, so the
 //!   engine depends on no model crate); [`ScriptedExecutor`] is a
-//!   deterministic fake model for tests, [`SimulatedExecutor`] paces random
-//!   tokens by a step-time model (`serve --executor simulated`), and
+//!   deterministic fake model for tests, sluice-sim's `SimulatedExecutor`
+//!   paces random tokens by a step-time model (`serve --executor
+//!   simulated`), and
 //!   sluice-model's `ModelExecutor` wraps its `ModelRunner`.
 //! - [`StepLog`]: one JSON line per engine step (`serve --step-log`).
 //!
@@ -52,7 +53,7 @@ pub mod stream;
 pub use crate::core::EngineCore;
 pub use engine::{Engine, EngineConfig, ShutdownMode, StartOptions};
 pub use error::EngineError;
-pub use executor::{Executor, ScriptedExecutor, SeqView, SimulatedExecutor, StepClock};
+pub use executor::{Executor, ScriptedExecutor, SeqView};
 pub use kv_events::KvEventSink;
 pub use limits::RequestLimits;
 pub use request::{Finished, GenerateRequest, RequestOutput, StopReason, Usage};

@@ -1,4 +1,4 @@
-//! The step log writer: one `sluice_sim::steplog::StepRecord` JSON line per
+//! The step log writer: one `sluice_core::StepRecord` JSON line per
 //! engine step that scheduled tokens (`sluice serve --step-log PATH`), for
 //! `sluice simulate fit` and for checking a simulation against serving.
 //!
@@ -15,7 +15,7 @@
 //! goes idle and when it stops); a write error is reported once on stderr,
 //! naming the log, and logging stops while serving goes on.
 
-use sluice_sim::steplog::StepRecord;
+use sluice_core::StepRecord;
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::Path;

@@ -322,6 +322,23 @@ fn a_pool_smaller_than_one_sequence_is_refused_at_start() {
     assert_eq!(err.field(), Some("max_model_len"));
 }
 
+#[test]
+fn an_executor_with_another_block_size_is_refused_naming_both() {
+    let exec = ScriptedExecutor::new(64, forever).with_block_size(32);
+    let err = sluice_engine::Engine::start(
+        config(scheduler_config()),
+        Box::new(exec),
+        Arc::new(Tokenizer::builtin()),
+    )
+    .unwrap_err();
+    assert_eq!(err.field(), Some("block_size"));
+    let message = err.to_string();
+    assert!(
+        message.contains("(16)") && message.contains("(32)"),
+        "{message}"
+    );
+}
+
 #[tokio::test]
 async fn a_model_error_fails_requests_in_flight_and_the_engine_serves_on() {
     let exec = ScriptedExecutor::new(64, say("abcdef")).fail_at_step(2);

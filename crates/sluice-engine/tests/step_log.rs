@@ -6,8 +6,8 @@
 mod common;
 
 use common::*;
+use sluice_core::StepRecord;
 use sluice_engine::{SchedulerConfig, StepLog};
-use sluice_sim::steplog::StepRecord;
 use std::io::{self, Write};
 use std::sync::{Arc, Mutex};
 

@@ -64,6 +64,10 @@ impl<B: ForwardBackend> Executor for ModelExecutor<B> {
         self.runner.num_kv_blocks()
     }
 
+    fn block_size(&self) -> usize {
+        self.runner.block_size()
+    }
+
     fn vocab_size(&self) -> Option<usize> {
         Some(self.runner.vocab_size())
     }

@@ -35,10 +35,15 @@
 //! - [`slo`]: goodput under `ttft=MS,tpot=MS` objectives; [`timeline`]:
 //!   the per-step CSV.
 //!
+//! - [`executor`]: `SimulatedExecutor`, sluice-core's `Executor` paced by a
+//!   step-time model, for `sluice serve --executor simulated`.
+//!
 //! The `sluice simulate` command (sluice-cli) and `sluice serve --executor
-//! simulated` (sluice-engine's `SimulatedExecutor`) are built on these.
+//! simulated` (this crate's `SimulatedExecutor` under the real engine) are
+//! built on these.
 
 pub mod conversation;
+pub mod executor;
 pub mod fit;
 pub mod lengths;
 pub mod metrics;
@@ -57,6 +62,7 @@ pub mod traces;
 pub mod workload;
 
 pub use conversation::{ConversationWorkload, ThinkTime};
+pub use executor::SimulatedExecutor;
 pub use fit::{fit, FitOptions, FitReport, FittedModel};
 pub use lengths::LengthDist;
 pub use metrics::SimReport;

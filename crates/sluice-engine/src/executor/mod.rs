@@ -6,14 +6,12 @@
 //! depends on no model crate; it is re-exported here.
 //!
 //! Implementations: `ScriptedExecutor` (here: a deterministic fake model
-//! for tests and tools), `SimulatedExecutor` (here: random tokens at the
-//! pace of a step-time model, `serve --executor simulated`) and
+//! for tests and tools), sluice-sim's `SimulatedExecutor` (random tokens at
+//! the pace of a step-time model, `serve --executor simulated`) and
 //! sluice-model's `ModelExecutor` (its `ModelRunner`, the real forward
 //! pass).
 
 pub mod scripted;
-pub mod simulated;
 
 pub use scripted::{ScriptedExecutor, SeqView};
-pub use simulated::{SimulatedExecutor, StepClock};
 pub use sluice_core::executor::Executor;

@@ -16,8 +16,8 @@ use super::Executor;
 use anyhow::{anyhow, bail, Result};
 use sluice_core::output::PromptLogprobs;
 use sluice_core::{
-    ModelRunnerOutput, RequestId, SampleLogprobs, SamplingParams, SchedulerOutput, TokenId,
-    TokenLogprob,
+    ModelRunnerOutput, RequestId, SampleLogprobs, SamplingParams, SchedulerConfig, SchedulerOutput,
+    TokenId, TokenLogprob,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -44,6 +44,7 @@ struct SeqState {
 /// A fake model driven by a script (see the module docs).
 pub struct ScriptedExecutor {
     num_kv_blocks: usize,
+    block_size: usize,
     vocab_size: Option<usize>,
     script: Script,
     reqs: HashMap<RequestId, SeqState>,
@@ -60,12 +61,20 @@ impl ScriptedExecutor {
     ) -> Self {
         ScriptedExecutor {
             num_kv_blocks,
+            block_size: SchedulerConfig::default().block_size,
             vocab_size: None,
             script: Box::new(script),
             reqs: HashMap::new(),
             steps: 0,
             fail_at_step: None,
         }
+    }
+
+    /// Declares the KV block size (default: the scheduler's default), which
+    /// the engine checks against its scheduler's.
+    pub fn with_block_size(mut self, block_size: usize) -> Self {
+        self.block_size = block_size;
+        self
     }
 
     /// Declares the vocabulary size (prompts with larger ids are refused by
@@ -182,6 +191,10 @@ impl ScriptedExecutor {
 impl Executor for ScriptedExecutor {
     fn num_kv_blocks(&self) -> usize {
         self.num_kv_blocks
+    }
+
+    fn block_size(&self) -> usize {
+        self.block_size
     }
 
     fn vocab_size(&self) -> Option<usize> {

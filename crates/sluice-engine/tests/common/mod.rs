@@ -56,7 +56,9 @@ pub fn start(
     num_blocks: usize,
     script: impl FnMut(&SeqView<'_>) -> Vec<TokenId> + Send + 'static,
 ) -> Engine {
-    let exec = ScriptedExecutor::new(num_blocks, script).with_vocab_size(384);
+    let exec = ScriptedExecutor::new(num_blocks, script)
+        .with_vocab_size(384)
+        .with_block_size(config.scheduler.block_size);
     Engine::start(config, Box::new(exec), Arc::new(Tokenizer::builtin())).unwrap()
 }
 
@@ -65,7 +67,9 @@ pub fn core(
     num_blocks: usize,
     script: impl FnMut(&SeqView<'_>) -> Vec<TokenId> + Send + 'static,
 ) -> (EngineCore, Engine) {
-    let exec = ScriptedExecutor::new(num_blocks, script).with_vocab_size(384);
+    let exec = ScriptedExecutor::new(num_blocks, script)
+        .with_vocab_size(384)
+        .with_block_size(config.scheduler.block_size);
     EngineCore::new(config, Box::new(exec), Arc::new(Tokenizer::builtin())).unwrap()
 }
 

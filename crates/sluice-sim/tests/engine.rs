@@ -2,15 +2,48 @@
 //! random tokens avoid every EOS id), and each logged step lasts at least
 //! the step-time model's time, counted from the engine's step start.
 
-mod common;
-
-use common::*;
-use sluice_engine::{Engine, FinishReason, SimulatedExecutor, StartOptions, StepLog, Tokenizer};
+use sluice_engine::{
+    Engine, EngineConfig, FinishReason, GenerateRequest, RequestStream, SamplingParams,
+    SchedulerConfig, StartOptions, StepLog, TokenId, Tokenizer,
+};
 use sluice_sim::steplog::StepRecord;
-use sluice_sim::ConstantStepTime;
+use sluice_sim::{ConstantStepTime, SimulatedExecutor};
 use std::io::{self, Write};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
+
+/// The built-in tokenizer's EOS (`<|im_end|>`).
+const EOS: TokenId = 258;
+/// The model's second EOS (`<|endoftext|>`), a stop token by default.
+const EOS2: TokenId = 256;
+
+fn config() -> EngineConfig {
+    let scheduler = SchedulerConfig {
+        max_num_seqs: 64,
+        max_num_batched_tokens: 512,
+        max_model_len: 512,
+        block_size: 16,
+        ..SchedulerConfig::default()
+    };
+    EngineConfig::new(scheduler).with_model_eos(&Tokenizer::builtin(), &[EOS, EOS2])
+}
+
+fn request(prompt: &str, max_tokens: usize) -> GenerateRequest {
+    let ids = prompt.bytes().map(u32::from).collect();
+    GenerateRequest::new(ids, SamplingParams::greedy(max_tokens))
+}
+
+/// Each completion's tokens and finish reason.
+async fn collect(mut stream: RequestStream) -> (Vec<TokenId>, Option<FinishReason>) {
+    let (mut tokens, mut reason) = (Vec::new(), None);
+    while let Some(out) = stream.next().await {
+        tokens.extend(out.token_ids);
+        if let Some(f) = out.finished {
+            reason = Some(f.reason);
+        }
+    }
+    (tokens, reason)
+}
 
 #[derive(Clone, Default)]
 struct Shared(Arc<Mutex<Vec<u8>>>);
@@ -29,16 +62,15 @@ const STEP_S: f64 = 0.004;
 
 #[tokio::test]
 async fn requests_end_at_max_tokens_at_the_models_pace() {
-    let exec = SimulatedExecutor::new(Box::new(ConstantStepTime(STEP_S)), 64, 384, 5)
+    let exec = SimulatedExecutor::new(Box::new(ConstantStepTime(STEP_S)), 64, 16, 384, 5)
         .with_excluded_tokens([EOS, EOS2]);
     let log = Shared::default();
     let options = StartOptions {
-        step_clock: Some(exec.step_clock()),
         step_log: Some(StepLog::new("mem", Box::new(log.clone()))),
         ..StartOptions::default()
     };
     let engine = Engine::start_with_options(
-        config(scheduler_config()),
+        config(),
         Box::new(exec),
         Arc::new(Tokenizer::builtin()),
         options,
@@ -48,19 +80,13 @@ async fn requests_end_at_max_tokens_at_the_models_pace() {
     let lens = [5usize, 12, 20];
     let streams: Vec<_> = lens
         .iter()
-        .map(|&m| engine.generate(request("simulate me", params(m))).unwrap())
+        .map(|&m| engine.generate(request("simulate me", m)).unwrap())
         .collect();
     for (stream, m) in streams.into_iter().zip(lens) {
-        let out = collect(stream).await;
-        assert_eq!(out[0].token_ids.len(), m);
-        assert!(out[0]
-            .token_ids
-            .iter()
-            .all(|&t| t < 384 && t != EOS && t != EOS2));
-        assert_eq!(
-            out[0].finished.as_ref().unwrap().reason,
-            FinishReason::Length
-        );
+        let (tokens, reason) = collect(stream).await;
+        assert_eq!(tokens.len(), m);
+        assert!(tokens.iter().all(|&t| t < 384 && t != EOS && t != EOS2));
+        assert_eq!(reason, Some(FinishReason::Length));
     }
     let elapsed = t0.elapsed().as_secs_f64();
     engine.shutdown(sluice_engine::ShutdownMode::Drain).await;

@@ -1,17 +1,18 @@
 //! `SimulatedExecutor`: the model replaced by a step-time model, for
 //! `sluice serve --executor simulated` — the real server, engine loop and
 //! scheduler, with each forward pass a sleep of the time a
-//! `sluice_sim::StepTimeModel` predicts for it.
+//! [`StepTimeModel`] predicts for it. It implements sluice-core's
+//! `Executor`, so the engine drives it without depending on this crate.
 //!
 //! Per step it builds the step's `StepShape` from the `SchedulerOutput`
-//! alone (`sluice_sim::step::ShapeTracker`, which equals the scheduler's
-//! own view), asks the model for the step's time, sleeps until the step
-//! start plus that time, and returns one token for every row that samples.
+//! alone (`ShapeTracker`, which equals the scheduler's own view), asks the
+//! model for the step's time, sleeps until the step start plus that time,
+//! and returns one token for every row that samples.
 //!
-//! - The step start is the engine's (`StepClock`, marked before
+//! - The step start is the engine's (`Executor::begin_step`, called before
 //!   `schedule()`), so scheduling and bookkeeping count inside the
-//!   predicted time instead of on top of it; without a driven clock, the
-//!   start of `execute()`. A step that is already late does not sleep.
+//!   predicted time instead of on top of it; without that call, the start
+//!   of `execute()`. A step that is already late does not sleep.
 //!   Steps that schedule no token do not sleep.
 //! - Tokens: uniform over `[0, vocab_size)`, never one of the excluded ids
 //!   (the model's EOS ids) nor the request's own EOS / stop token ids, so a
@@ -27,76 +28,18 @@
 //!   the uniform distribution's logprob, rank 1, as its only top entry;
 //!   prompt logprobs are not produced.
 
-use super::Executor;
+use crate::step::{ShapeTracker, StepTimeModel};
+use crate::workload::Rng;
 use anyhow::{anyhow, bail, Result};
 use sluice_core::{
-    ModelRunnerOutput, RequestId, SampleLogprobs, SchedulerOutput, TokenId, TokenLogprob,
+    Executor, ModelRunnerOutput, RequestId, SampleLogprobs, SchedulerOutput, TokenId, TokenLogprob,
 };
-use sluice_sim::step::{ShapeTracker, StepTimeModel};
-use sluice_sim::Rng;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Below this much time left, the executor yields instead of sleeping:
 /// `thread::sleep` overshoots by tens of microseconds or more.
 const SPIN: Duration = Duration::from_micros(200);
-
-/// When the engine's current step started, shared by the engine loop (which
-/// marks it before `schedule()`) and an executor that paces itself.
-#[derive(Clone, Debug)]
-pub struct StepClock {
-    inner: Arc<ClockInner>,
-}
-
-#[derive(Debug)]
-struct ClockInner {
-    base: Instant,
-    /// Nanoseconds from `base` to the last mark.
-    nanos: AtomicU64,
-    /// Marks so far (tells a reader whether anyone drives the clock).
-    marks: AtomicU64,
-}
-
-impl Default for StepClock {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl StepClock {
-    pub fn new() -> StepClock {
-        StepClock {
-            inner: Arc::new(ClockInner {
-                base: Instant::now(),
-                nanos: AtomicU64::new(0),
-                marks: AtomicU64::new(0),
-            }),
-        }
-    }
-
-    /// A step starts now.
-    pub fn mark(&self) {
-        self.mark_at(Instant::now());
-    }
-
-    /// A step started at `t`.
-    pub fn mark_at(&self, t: Instant) {
-        let nanos = t.saturating_duration_since(self.inner.base).as_nanos();
-        self.inner
-            .nanos
-            .store(u64::try_from(nanos).unwrap_or(u64::MAX), Ordering::Relaxed);
-        self.inner.marks.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// The last mark and how many marks there have been.
-    fn last(&self) -> (Instant, u64) {
-        let nanos = self.inner.nanos.load(Ordering::Relaxed);
-        let marks = self.inner.marks.load(Ordering::Relaxed);
-        (self.inner.base + Duration::from_nanos(nanos), marks)
-    }
-}
 
 struct SimRequest {
     rng: Rng,
@@ -114,21 +57,23 @@ pub struct SimulatedExecutor {
     vocab_size: usize,
     seed: u64,
     excluded: Vec<TokenId>,
+    block_size: usize,
     tracker: ShapeTracker,
     reqs: HashMap<RequestId, SimRequest>,
-    clock: StepClock,
-    /// The clock's mark count at the previous `execute()`.
-    last_marks: u64,
+    /// When the engine began the current step (`begin_step`), if it said.
+    step_started: Option<Instant>,
     predicted_s: f64,
     steps: u64,
 }
 
 impl SimulatedExecutor {
-    /// A pool of `num_kv_blocks` blocks (null block included), tokens drawn
-    /// from `[0, vocab_size)`, generators seeded from `seed`.
+    /// A pool of `num_kv_blocks` blocks (null block included) of
+    /// `block_size` tokens, tokens drawn from `[0, vocab_size)`, generators
+    /// seeded from `seed`.
     pub fn new(
         model: Box<dyn StepTimeModel + Send>,
         num_kv_blocks: usize,
+        block_size: usize,
         vocab_size: usize,
         seed: u64,
     ) -> Self {
@@ -138,10 +83,10 @@ impl SimulatedExecutor {
             vocab_size,
             seed,
             excluded: Vec::new(),
+            block_size,
             tracker: ShapeTracker::new(),
             reqs: HashMap::new(),
-            clock: StepClock::new(),
-            last_marks: 0,
+            step_started: None,
             predicted_s: 0.0,
             steps: 0,
         }
@@ -151,13 +96,6 @@ impl SimulatedExecutor {
     pub fn with_excluded_tokens(mut self, ids: impl IntoIterator<Item = TokenId>) -> Self {
         self.excluded = ids.into_iter().collect();
         self
-    }
-
-    /// The clock the engine must mark at each step start
-    /// (`EngineCore::set_step_clock`) for the predicted time to include
-    /// scheduling.
-    pub fn step_clock(&self) -> StepClock {
-        self.clock.clone()
     }
 
     /// Σ of the predicted times of the steps run so far (seconds).
@@ -170,16 +108,17 @@ impl SimulatedExecutor {
         self.steps
     }
 
-    /// When this step started: the clock's mark if the engine marked it
-    /// since the last step, else `entered` (a clock nobody drives is stale).
+    /// The engine began a step at `t`.
+    fn begin_step_at(&mut self, t: Instant) {
+        self.step_started = Some(t);
+    }
+
+    /// When this step started: the engine's mark if it marked this step,
+    /// else `entered` (a mark is used once).
     fn step_start(&mut self, entered: Instant) -> Instant {
-        let (marked, marks) = self.clock.last();
-        let fresh = marks != self.last_marks && marked <= entered;
-        self.last_marks = marks;
-        if fresh {
-            marked
-        } else {
-            entered
+        match self.step_started.take() {
+            Some(marked) if marked <= entered => marked,
+            _ => entered,
         }
     }
 
@@ -258,6 +197,14 @@ impl SimulatedExecutor {
 impl Executor for SimulatedExecutor {
     fn num_kv_blocks(&self) -> usize {
         self.num_kv_blocks
+    }
+
+    fn block_size(&self) -> usize {
+        self.block_size
+    }
+
+    fn begin_step(&mut self) {
+        self.begin_step_at(Instant::now());
     }
 
     fn vocab_size(&self) -> Option<usize> {
@@ -353,9 +300,10 @@ fn mix(a: u64, b: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::step::ConstantStepTime;
     use sluice_core::request::NewRequest;
     use sluice_core::{SamplingParams, Scheduler, SchedulerConfig};
-    use sluice_sim::ConstantStepTime;
+    use std::sync::Arc;
 
     fn run(exec: &mut SimulatedExecutor, params: SamplingParams, steps: usize) -> Vec<TokenId> {
         let mut sched = Scheduler::new(SchedulerConfig {
@@ -395,7 +343,7 @@ mod tests {
             ..SamplingParams::default()
         };
         let new = || {
-            SimulatedExecutor::new(Box::new(ConstantStepTime(0.0)), 64, 8, 42)
+            SimulatedExecutor::new(Box::new(ConstantStepTime(0.0)), 64, 16, 8, 42)
                 .with_excluded_tokens([7, 99])
         };
         let a = run(&mut new(), params.clone(), 200);
@@ -405,13 +353,13 @@ mod tests {
             assert!(a.contains(&t), "uniform over the allowed ids: {a:?}");
         }
         assert_eq!(run(&mut new(), params.clone(), 200), a);
-        let other = SimulatedExecutor::new(Box::new(ConstantStepTime(0.0)), 64, 8, 43);
+        let other = SimulatedExecutor::new(Box::new(ConstantStepTime(0.0)), 64, 16, 8, 43);
         assert_ne!(run(&mut other.with_excluded_tokens([7]), params, 200), a);
     }
 
     #[test]
     fn a_step_lasts_at_least_its_predicted_time() {
-        let mut exec = SimulatedExecutor::new(Box::new(ConstantStepTime(0.02)), 64, 100, 0);
+        let mut exec = SimulatedExecutor::new(Box::new(ConstantStepTime(0.02)), 64, 16, 100, 0);
         let t0 = Instant::now();
         let tokens = run(&mut exec, SamplingParams::greedy(3), 3);
         assert_eq!(tokens.len(), 3);
@@ -422,13 +370,12 @@ mod tests {
 
     #[test]
     fn a_step_starts_at_the_engines_mark_when_there_is_one() {
-        let mut exec = SimulatedExecutor::new(Box::new(ConstantStepTime(0.05)), 64, 100, 0);
-        let clock = exec.step_clock();
+        let mut exec = SimulatedExecutor::new(Box::new(ConstantStepTime(0.05)), 64, 16, 100, 0);
         let mark = Instant::now();
         let now = mark + Duration::from_millis(40);
         // Never marked: the executor's own entry.
         assert_eq!(exec.step_start(now), now);
-        clock.mark_at(mark);
+        exec.begin_step_at(mark);
         assert_eq!(exec.step_start(now), mark);
         // Not marked again since: stale, so the entry again.
         let later = now + Duration::from_millis(5);
@@ -437,7 +384,7 @@ mod tests {
 
     #[test]
     fn uniform_sampling_skips_banned_ids_exactly() {
-        let mut exec = SimulatedExecutor::new(Box::new(ConstantStepTime(0.0)), 64, 5, 1);
+        let mut exec = SimulatedExecutor::new(Box::new(ConstantStepTime(0.0)), 64, 16, 5, 1);
         let id: RequestId = "a".into();
         let params = SamplingParams {
             eos_token_id: Some(0),
