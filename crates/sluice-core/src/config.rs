@@ -57,6 +57,11 @@ pub struct SchedulerConfig {
     pub reserve_full_sequence: bool,
     /// Extra slots reserved per step for speculative tokens.
     pub num_lookahead_tokens: usize,
+    /// Input-budget slots each scheduled request reserves for a drafter
+    /// that proposes in the same forward pass (vLLM's draft slots); 0, the
+    /// default, without one. Drafts themselves come from the executor
+    /// (`Executor::take_draft_token_ids`).
+    pub num_draft_slots: usize,
     pub block_size: usize,
     /// The whole pool, null block included.
     pub num_gpu_blocks: usize,
@@ -87,6 +92,7 @@ impl Default for SchedulerConfig {
             policy: SchedulingPolicy::Fcfs,
             reserve_full_sequence: true,
             num_lookahead_tokens: 0,
+            num_draft_slots: 0,
             block_size: 16,
             num_gpu_blocks: 4096,
             enable_prefix_caching: true,
@@ -196,6 +202,7 @@ impl SchedulerConfig {
             self.num_lookahead_tokens,
             MAX_MODEL_LEN,
         )?;
+        at_most("num_draft_slots", self.num_draft_slots, MAX_MODEL_LEN)?;
         if !(0.0..1.0).contains(&self.watermark) {
             return err(
                 "watermark",

@@ -14,7 +14,7 @@
 //! tells the engine how many blocks its pool holds and how many tokens a
 //! block holds (the engine refuses a scheduler whose block size differs).
 
-use crate::output::{ModelRunnerOutput, SchedulerOutput};
+use crate::output::{DraftTokenIds, ModelRunnerOutput, SchedulerOutput};
 
 /// Runs scheduler steps. Lives on the engine thread (hence `Send`).
 pub trait Executor: Send {
@@ -41,6 +41,15 @@ pub trait Executor: Send {
     /// was scheduled (so the executor drops finished requests' state). An
     /// error fails every request in flight; the engine keeps serving.
     fn execute(&mut self, scheduler_output: &SchedulerOutput) -> anyhow::Result<ModelRunnerOutput>;
+
+    /// Draft tokens proposed for the next step (speculative decoding),
+    /// taken once after each `execute`; `None` without a drafter. A request
+    /// with drafts is scheduled them next step
+    /// (`SchedulerOutput::scheduled_spec_decode_tokens`), and its
+    /// `ModelRunnerOutput` row holds the accepted drafts plus one token.
+    fn take_draft_token_ids(&mut self) -> Option<DraftTokenIds> {
+        None
+    }
 }
 
 impl<E: Executor + ?Sized> Executor for Box<E> {
@@ -58,5 +67,8 @@ impl<E: Executor + ?Sized> Executor for Box<E> {
     }
     fn execute(&mut self, scheduler_output: &SchedulerOutput) -> anyhow::Result<ModelRunnerOutput> {
         (**self).execute(scheduler_output)
+    }
+    fn take_draft_token_ids(&mut self) -> Option<DraftTokenIds> {
+        (**self).take_draft_token_ids()
     }
 }

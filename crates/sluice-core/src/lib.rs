@@ -36,7 +36,7 @@ pub use config::{SchedulerConfig, SchedulingPolicy};
 pub use error::FieldError;
 pub use executor::Executor;
 pub use output::{
-    CachedRequestData, EngineCoreOutput, GrammarBitmask, ModelRunnerOutput, NewRequestData,
+    CachedRequestData, DraftTokenIds, EngineCoreOutput, GrammarBitmask, ModelRunnerOutput, NewRequestData,
     ReqHandle, SampleLogprobs, ScheduledRequest, SchedulerOutput, TokenLogprob,
 };
 pub use request::{

@@ -113,6 +113,11 @@ pub struct ScheduledRequest {
     pub num_tokens: usize,
 }
 
+/// Draft tokens an executor proposes for the next step (vLLM's
+/// `DraftTokenIds`): per request, the tokens the target model is to verify.
+/// The engine hands them to `Scheduler::update_draft_token_ids`.
+pub type DraftTokenIds = Vec<(RequestId, Vec<TokenId>)>;
+
 /// The decision of one `schedule()` call.
 #[derive(Clone, Debug, Default)]
 pub struct SchedulerOutput {

@@ -52,8 +52,8 @@ impl Scheduler {
         let priority_policy = cfg.policy == SchedulingPolicy::Priority;
         let mut token_budget = cfg.max_num_scheduled_tokens();
         let mut input_budget = cfg.max_num_batched_tokens;
-        // Slots reserved per request for drafting; no drafter here.
-        let draft_slots = 0usize;
+        // Input slots each scheduled request reserves for drafting.
+        let draft_slots = cfg.num_draft_slots;
         if self.pause_state == PauseState::PausedAll {
             token_budget = 0;
         }

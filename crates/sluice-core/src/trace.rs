@@ -280,6 +280,7 @@ impl Trace {
             policy,
             reserve_full_sequence: true,
             num_lookahead_tokens: 0,
+            num_draft_slots: 0,
             prefix_caching_hash_algo: HashAlgo::Sha256,
             hash_seed: None,
             enable_kv_cache_events: false,
