@@ -630,6 +630,23 @@ impl EngineCore {
         }
         self.stats.end_step(had_outputs);
         self.step_record = record;
+        self.take_drafts();
+    }
+
+    /// Hands the executor's drafts for the next step to the scheduler
+    /// (vLLM's `update_draft_token_ids` after `update_from_output`). A
+    /// structured-output request's drafts are dropped: its grammar would
+    /// have to check every draft position, which only its matcher can.
+    fn take_drafts(&mut self) {
+        let Some(mut drafts) = self.executor.take_draft_token_ids() else {
+            return;
+        };
+        drafts.retain(|(id, d)| {
+            !d.is_empty() && self.children.get(id).is_some_and(|c| c.grammar.is_none())
+        });
+        if !drafts.is_empty() {
+            self.scheduler.update_draft_token_ids(&drafts);
+        }
     }
 
     fn collect_prompt_logprobs(&mut self, runner_out: &ModelRunnerOutput) {

@@ -11,13 +11,20 @@
 //! structured-output request's grammar bitmask removes the candidates it
 //! forbids; when it forbids them all, the smallest allowed token id is
 //! taken (a model that knows nothing of the grammar, constrained).
+//!
+//! With a drafter (`with_drafter`, a second function of the sequence), it
+//! proposes draft tokens after each step (`take_draft_token_ids`) and
+//! verifies scheduled drafts as a target model does: it samples position by
+//! position, accepting each draft equal to its own choice and stopping at
+//! the first that differs, so drafts change how many steps a completion
+//! takes, never its tokens. Requests asking for logprobs get no drafts.
 
 use super::Executor;
 use anyhow::{anyhow, bail, Result};
 use sluice_core::output::PromptLogprobs;
 use sluice_core::{
-    ModelRunnerOutput, RequestId, SampleLogprobs, SamplingParams, SchedulerConfig, SchedulerOutput,
-    TokenId, TokenLogprob,
+    DraftTokenIds, ModelRunnerOutput, RequestId, SampleLogprobs, SamplingParams, SchedulerConfig,
+    SchedulerOutput, TokenId, TokenLogprob,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -33,6 +40,8 @@ pub struct SeqView<'a> {
 }
 
 type Script = Box<dyn FnMut(&SeqView<'_>) -> Vec<TokenId> + Send>;
+/// Proposes draft tokens for a sequence (the tokens it guesses come next).
+type Drafter = Box<dyn FnMut(&SeqView<'_>) -> Vec<TokenId> + Send>;
 
 struct SeqState {
     tokens: Vec<TokenId>,
@@ -50,6 +59,9 @@ pub struct ScriptedExecutor {
     reqs: HashMap<RequestId, SeqState>,
     steps: u64,
     fail_at_step: Option<u64>,
+    drafter: Option<Drafter>,
+    /// The drafts proposed after the last step, until taken.
+    drafts: Option<DraftTokenIds>,
 }
 
 impl ScriptedExecutor {
@@ -67,7 +79,19 @@ impl ScriptedExecutor {
             reqs: HashMap::new(),
             steps: 0,
             fail_at_step: None,
+            drafter: None,
+            drafts: None,
         }
+    }
+
+    /// Proposes drafts with `drafter` after every step in which a request
+    /// sampled (speculative decoding); scheduled drafts are verified.
+    pub fn with_drafter(
+        mut self,
+        drafter: impl FnMut(&SeqView<'_>) -> Vec<TokenId> + Send + 'static,
+    ) -> Self {
+        self.drafter = Some(Box::new(drafter));
+        self
     }
 
     /// Declares the KV block size (default: the scheduler's default), which
@@ -213,14 +237,23 @@ impl Executor for ScriptedExecutor {
         let mut any_logprobs = false;
         let masks: HashMap<&str, &[u32]> =
             so.grammar_bitmask.iter().flat_map(|m| m.rows()).collect();
+        let spec: HashMap<&str, &[TokenId]> = so
+            .scheduled_spec_decode_tokens
+            .iter()
+            .map(|(id, d)| (&**id, d.as_slice()))
+            .collect();
+        let mut sampled_ids = Vec::new();
         for s in &so.num_scheduled_tokens {
+            let drafts = spec.get(&*s.req_id).copied().unwrap_or(&[]);
             let state = self
                 .reqs
                 .get_mut(&s.req_id)
                 .ok_or_else(|| anyhow!("scheduled request {} is unknown", s.req_id))?;
             let start = state.num_computed_tokens;
             state.num_computed_tokens += s.num_tokens;
-            let end = state.num_computed_tokens;
+            // The drafts ride after the known tokens; verification replaces
+            // them with what is accepted.
+            let end = state.num_computed_tokens - drafts.len().min(s.num_tokens);
             if end > state.tokens.len() {
                 bail!(
                     "request {} scheduled past its known tokens ({end} > {})",
@@ -257,7 +290,17 @@ impl Executor for ScriptedExecutor {
                 let (token, lp) = self.sample(&s.req_id, mask)?;
                 any_logprobs |= lp.is_some();
                 logprobs.push(lp);
-                out.push(&[token]);
+                let mut row = vec![token];
+                for &draft in drafts {
+                    if row.last() != Some(&draft) {
+                        break;
+                    }
+                    // Accepted: the model's choice after it comes next.
+                    let (token, _) = self.sample(&s.req_id, None)?;
+                    row.push(token);
+                }
+                out.push(&row);
+                sampled_ids.push(s.req_id.clone());
             } else {
                 out.push(&[]);
             }
@@ -265,6 +308,40 @@ impl Executor for ScriptedExecutor {
         if any_logprobs {
             out.logprobs = Some(logprobs);
         }
+        self.propose(&sampled_ids);
         Ok(out)
+    }
+
+    fn take_draft_token_ids(&mut self) -> Option<DraftTokenIds> {
+        self.drafts.take()
+    }
+}
+
+impl ScriptedExecutor {
+    /// The drafter's proposals for the requests that sampled this step.
+    fn propose(&mut self, sampled: &[RequestId]) {
+        let Some(drafter) = self.drafter.as_mut() else {
+            return;
+        };
+        let mut drafts = DraftTokenIds::new();
+        for id in sampled {
+            let Some(state) = self.reqs.get(id) else {
+                continue;
+            };
+            if state.params.logprobs.is_some() {
+                continue;
+            }
+            let view = SeqView {
+                req_id: id,
+                prompt: &state.tokens[..state.num_prompt_tokens],
+                output: &state.tokens[state.num_prompt_tokens..],
+                params: &state.params,
+            };
+            let proposed = drafter(&view);
+            if !proposed.is_empty() {
+                drafts.push((id.clone(), proposed));
+            }
+        }
+        self.drafts = Some(drafts);
     }
 }
