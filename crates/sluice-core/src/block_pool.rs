@@ -17,8 +17,9 @@ use crate::block_hash::BlockHash;
 use crate::config::{at_most, MAX_NUM_GPU_BLOCKS};
 use crate::error::FieldError;
 use crate::free_queue::FreeBlockQueue;
+use crate::kv_cache::GroupId;
 use crate::kv_events::KvCacheEvent;
-use crate::prefix_cache::CachedBlockMap;
+use crate::prefix_cache::{CacheKey, CachedBlockMap};
 use crate::request::BlockId;
 
 pub const NULL_BLOCK: BlockId = 0;
@@ -28,7 +29,7 @@ pub struct BlockPool {
     num_blocks: usize,
     enable_caching: bool,
     ref_cnt: Vec<u32>,
-    hash: Vec<Option<BlockHash>>,
+    hash: Vec<Option<CacheKey>>,
     free: FreeBlockQueue,
     cached: CachedBlockMap,
     evict_first: Vec<BlockId>,
@@ -130,7 +131,7 @@ impl BlockPool {
         self.ref_cnt[block as usize]
     }
     pub fn block_hash(&self, block: BlockId) -> Option<&BlockHash> {
-        self.hash[block as usize].as_ref()
+        self.hash[block as usize].as_ref().map(|k| &k.hash)
     }
     pub fn free_queue(&self) -> &FreeBlockQueue {
         &self.free
@@ -140,8 +141,8 @@ impl BlockPool {
     }
 
     /// The earliest cached block for `hash`.
-    pub fn get_cached_block(&self, hash: &BlockHash) -> Option<BlockId> {
-        self.cached.get(hash)
+    pub fn get_cached_block(&self, hash: &BlockHash, group: GroupId) -> Option<BlockId> {
+        self.cached.get(&CacheKey::new(*hash, group))
     }
 
     /// Pops `n` blocks from the free head into `out`, evicting any cached hash
@@ -167,9 +168,9 @@ impl BlockPool {
     /// vLLM's `_maybe_evict_cached_block`: drops the block's hash, with a
     /// `BlockRemoved` for it if the map held it.
     fn evict(&mut self, block: BlockId) {
-        if let Some(h) = self.hash[block as usize].take() {
-            if self.cached.remove(&h, block) {
-                self.removed(&h);
+        if let Some(k) = self.hash[block as usize].take() {
+            if self.cached.remove(&k, block) {
+                self.removed(&k.hash);
             }
         }
     }
@@ -233,6 +234,7 @@ impl BlockPool {
     /// block of the call, also those already registered.
     pub fn cache_full_blocks(
         &mut self,
+        group: GroupId,
         blocks: &[BlockId],
         hashes: &[BlockHash],
         parent: Option<&BlockHash>,
@@ -247,18 +249,19 @@ impl BlockPool {
             if b == NULL_BLOCK {
                 continue;
             }
-            if self.hash[b as usize].as_ref() == Some(h) || self.cached.contains(h, b) {
+            let key = CacheKey::new(*h, group);
+            if self.hash[b as usize] == Some(key) || self.cached.contains(&key, b) {
                 continue;
             }
             if let Some(old) = self.hash[b as usize].take() {
                 // A single full-attention group never re-hashes a block; stay
                 // consistent anyway (vLLM reports the old hash removed).
                 if self.cached.remove(&old, b) {
-                    self.removed(&old);
+                    self.removed(&old.hash);
                 }
             }
-            self.hash[b as usize] = Some(*h);
-            self.cached.insert(*h, b);
+            self.hash[b as usize] = Some(key);
+            self.cached.insert(key, b);
         }
         if let Some(q) = &mut self.events {
             q.push(KvCacheEvent::BlockStored {
@@ -303,15 +306,15 @@ impl BlockPool {
             if in_queue != (rc == 0) {
                 return Err(format!("block {b}: ref_cnt {rc} but in_queue={in_queue}"));
             }
-            if let Some(h) = &self.hash[b as usize] {
-                if !self.cached.contains(h, b) {
+            if let Some(k) = &self.hash[b as usize] {
+                if !self.cached.contains(k, b) {
                     return Err(format!("block {b} has a hash the map does not hold"));
                 }
             }
         }
-        for (h, blocks) in self.cached.iter() {
+        for (k, blocks) in self.cached.iter() {
             for &b in blocks {
-                if self.hash[b as usize].as_ref() != Some(h) {
+                if self.hash[b as usize].as_ref() != Some(k) {
                     return Err(format!("map entry for block {b} does not match its hash"));
                 }
             }
@@ -328,6 +331,8 @@ impl BlockPool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const G0: GroupId = GroupId(0);
 
     fn h(x: u8) -> BlockHash {
         BlockHash([x; 32])
@@ -375,10 +380,10 @@ mod tests {
         let mut p = BlockPool::new(10, true).unwrap();
         let mut a = Vec::new();
         p.get_new_blocks(3, &mut a);
-        p.cache_full_blocks(&a[..2], &[h(1), h(2)], None, &[], 4);
+        p.cache_full_blocks(G0, &a[..2], &[h(1), h(2)], None, &[], 4);
         p.free_blocks(a.iter().rev().copied());
         assert_eq!(queue(&p), vec![3, 4, 5, 6, 7, 8, 9, 2, 1]);
-        assert_eq!(p.get_cached_block(&h(1)), Some(1));
+        assert_eq!(p.get_cached_block(&h(1), G0), Some(1));
         // A hit revives blocks 1 and 2 out of the free queue.
         p.touch(&[1, 2]);
         assert_eq!(p.num_free_blocks(), 7);
@@ -391,14 +396,14 @@ mod tests {
         let mut p = BlockPool::new(3, true).unwrap();
         let mut a = Vec::new();
         p.get_new_blocks(2, &mut a);
-        p.cache_full_blocks(&a, &[h(1), h(2)], None, &[], 4);
+        p.cache_full_blocks(G0, &a, &[h(1), h(2)], None, &[], 4);
         p.free_blocks(a.iter().rev().copied());
         assert_eq!(queue(&p), vec![2, 1]);
         let mut b = Vec::new();
         p.get_new_blocks(1, &mut b);
         assert_eq!(b, vec![2]);
-        assert_eq!(p.get_cached_block(&h(2)), None);
-        assert_eq!(p.get_cached_block(&h(1)), Some(1));
+        assert_eq!(p.get_cached_block(&h(2), G0), None);
+        assert_eq!(p.get_cached_block(&h(1), G0), Some(1));
         p.check_invariants().unwrap();
     }
 
@@ -407,7 +412,7 @@ mod tests {
         let mut p = BlockPool::new(4, true).unwrap();
         let mut a = Vec::new();
         p.get_new_blocks(1, &mut a);
-        p.cache_full_blocks(&a, &[h(9)], None, &[], 4);
+        p.cache_full_blocks(G0, &a, &[h(9)], None, &[], 4);
         p.touch(&a);
         p.free_blocks(a.iter().copied());
         assert_eq!(p.num_free_blocks(), 2);
@@ -423,8 +428,8 @@ mod tests {
         p.set_kv_cache_events(true);
         let mut a = Vec::new();
         p.get_new_blocks(2, &mut a);
-        p.cache_full_blocks(&a[..1], &[h(1)], None, &[5, 6], 2);
-        p.cache_full_blocks(&a[1..], &[h(2)], Some(&h(1)), &[7, 8], 2);
+        p.cache_full_blocks(G0, &a[..1], &[h(1)], None, &[5, 6], 2);
+        p.cache_full_blocks(G0, &a[1..], &[h(2)], Some(&h(1)), &[7, 8], 2);
         p.free_blocks(a.iter().rev().copied());
         let mut b = Vec::new();
         p.get_new_blocks(1, &mut b); // evicts block 2's hash
@@ -468,11 +473,11 @@ mod tests {
         let mut p = BlockPool::new(4, true).unwrap();
         let mut a = Vec::new();
         p.get_new_blocks(1, &mut a);
-        p.cache_full_blocks(&a, &[h(3)], None, &[], 4);
+        p.cache_full_blocks(G0, &a, &[h(3)], None, &[], 4);
         assert!(!p.reset_prefix_cache());
         p.free_blocks(a.iter().copied());
         assert!(p.reset_prefix_cache());
-        assert_eq!(p.get_cached_block(&h(3)), None);
+        assert_eq!(p.get_cached_block(&h(3), G0), None);
         p.check_invariants().unwrap();
     }
 }

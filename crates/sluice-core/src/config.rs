@@ -2,6 +2,7 @@
 
 use crate::block_hash::HashAlgo;
 use crate::error::FieldError;
+use crate::kv_cache::KvCacheGroupSpec;
 use std::fmt;
 use std::str::FromStr;
 
@@ -78,6 +79,10 @@ pub struct SchedulerConfig {
     pub enable_kv_cache_events: bool,
     /// Fraction of the pool kept free when admitting (vLLM's watermark).
     pub watermark: f64,
+    /// The model's KV cache groups, in order (vLLM's `kv_cache_groups`):
+    /// one full-attention group for every model served today. All groups
+    /// share the pool and `block_size`.
+    pub kv_cache_groups: Vec<KvCacheGroupSpec>,
 }
 
 impl Default for SchedulerConfig {
@@ -100,6 +105,7 @@ impl Default for SchedulerConfig {
             hash_seed: None,
             enable_kv_cache_events: false,
             watermark: 0.0,
+            kv_cache_groups: vec![KvCacheGroupSpec::Full],
         }
     }
 }
@@ -160,6 +166,21 @@ impl SchedulerConfig {
             return err("block_size", "must be at least 1");
         }
         at_most("block_size", self.block_size, MAX_BLOCK_SIZE)?;
+        match self.kv_cache_groups.len() {
+            0 => return err("kv_cache_groups", "must name at least one group"),
+            1 => {}
+            n => {
+                // The coordinator keeps several groups (see `kv_cache`), but a
+                // `SchedulerOutput` still carries one block table per request.
+                return err(
+                    "kv_cache_groups",
+                    format!(
+                        "{n} groups: the scheduler's output carries one block table per \
+                         request, so a model must have one KV cache group"
+                    ),
+                );
+            }
+        }
         if self.num_gpu_blocks < 2 {
             return err(
                 "num_gpu_blocks",

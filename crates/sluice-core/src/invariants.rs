@@ -154,7 +154,7 @@ pub fn check_state(s: &Scheduler, phase: Phase) -> Result<(), String> {
     let pool = s.kv.pool();
     pool.check_invariants()?;
     let mut refs: HashMap<u32, u32> = HashMap::new();
-    for (_, table) in s.kv.tables() {
+    for (_, _, table) in s.kv.tables() {
         for &blk in table {
             *refs.entry(blk).or_default() += 1;
         }

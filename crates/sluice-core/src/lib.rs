@@ -15,7 +15,7 @@ pub mod error;
 pub mod executor;
 pub mod free_queue;
 pub mod invariants;
-pub mod kv_cache_manager;
+pub mod kv_cache;
 pub mod kv_events;
 pub mod output;
 pub mod prefix_cache;

@@ -1,4 +1,7 @@
-//! The prefix-cache index: block hash → cached blocks.
+//! The prefix-cache index: (block hash, KV cache group) → cached blocks.
+//!
+//! The key carries the group because a block registered by one group (its
+//! layers' KV) is no hit for another: with one group it is always group 0.
 //!
 //! Like vLLM's `BlockHashToBlockMap`, it does not de-duplicate: two requests
 //! that compute the same block independently both register it, so one hash
@@ -7,6 +10,7 @@
 //! append-only: a block id, once handed to a request, never changes.
 
 use crate::block_hash::BlockHash;
+use crate::kv_cache::GroupId;
 use crate::request::BlockId;
 use smallvec::SmallVec;
 use std::collections::HashMap;
@@ -30,17 +34,34 @@ impl Hasher for PrehashedHasher {
         }
     }
     fn write_usize(&mut self, _: usize) {}
+    fn write_u32(&mut self, group: u32) {
+        // The group: group 0 leaves the hash as the bytes made it.
+        self.0 ^= u64::from(group).rotate_left(32);
+    }
+}
+
+/// What a cached block is registered under: its hash within its group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CacheKey {
+    pub hash: BlockHash,
+    pub group: GroupId,
+}
+
+impl CacheKey {
+    pub fn new(hash: BlockHash, group: GroupId) -> CacheKey {
+        CacheKey { hash, group }
+    }
 }
 
 #[derive(Default, Debug)]
 pub struct CachedBlockMap {
-    map: HashMap<BlockHash, SmallVec<[BlockId; 1]>, BuildHasherDefault<PrehashedHasher>>,
+    map: HashMap<CacheKey, SmallVec<[BlockId; 1]>, BuildHasherDefault<PrehashedHasher>>,
 }
 
 impl CachedBlockMap {
     /// A map that never rehashes while it holds at most `blocks` entries:
-    /// with one KV group a block carries at most one hash, so the pool size
-    /// bounds it. (A rehash of a large map would be a multi-millisecond step.)
+    /// a block carries at most one key (it belongs to one group at a time),
+    /// so the pool size bounds it. (A rehash of a large map would be a multi-millisecond step.)
     /// Fails instead of aborting when the table cannot be allocated.
     pub fn try_with_capacity(blocks: usize) -> Result<Self, String> {
         let mut map = HashMap::with_hasher(Default::default());
@@ -50,23 +71,23 @@ impl CachedBlockMap {
         Ok(CachedBlockMap { map })
     }
 
-    /// The earliest-inserted block cached under `hash`, if any.
-    pub fn get(&self, hash: &BlockHash) -> Option<BlockId> {
-        self.map.get(hash).and_then(|v| v.first().copied())
+    /// The earliest-inserted block cached under `key`, if any.
+    pub fn get(&self, key: &CacheKey) -> Option<BlockId> {
+        self.map.get(key).and_then(|v| v.first().copied())
     }
 
-    /// Whether `block` is registered under `hash`.
-    pub fn contains(&self, hash: &BlockHash, block: BlockId) -> bool {
-        self.map.get(hash).is_some_and(|v| v.contains(&block))
+    /// Whether `block` is registered under `key`.
+    pub fn contains(&self, key: &CacheKey, block: BlockId) -> bool {
+        self.map.get(key).is_some_and(|v| v.contains(&block))
     }
 
-    pub fn insert(&mut self, hash: BlockHash, block: BlockId) {
-        self.map.entry(hash).or_default().push(block);
+    pub fn insert(&mut self, key: CacheKey, block: BlockId) {
+        self.map.entry(key).or_default().push(block);
     }
 
-    /// Removes `block` from `hash`'s entry; true if it was there.
-    pub fn remove(&mut self, hash: &BlockHash, block: BlockId) -> bool {
-        let Some(blocks) = self.map.get_mut(hash) else {
+    /// Removes `block` from `key`'s entry; true if it was there.
+    pub fn remove(&mut self, key: &CacheKey, block: BlockId) -> bool {
+        let Some(blocks) = self.map.get_mut(key) else {
             return false;
         };
         let Some(pos) = blocks.iter().position(|&b| b == block) else {
@@ -74,7 +95,7 @@ impl CachedBlockMap {
         };
         blocks.remove(pos);
         if blocks.is_empty() {
-            self.map.remove(hash);
+            self.map.remove(key);
         }
         true
     }
@@ -92,7 +113,7 @@ impl CachedBlockMap {
         self.map.is_empty()
     }
 
-    pub fn iter(&self) -> impl Iterator<Item = (&BlockHash, &[BlockId])> {
+    pub fn iter(&self) -> impl Iterator<Item = (&CacheKey, &[BlockId])> {
         self.map.iter().map(|(h, v)| (h, v.as_slice()))
     }
 }
@@ -103,7 +124,7 @@ mod tests {
 
     #[test]
     fn duplicates_keep_insertion_order() {
-        let h = BlockHash([7; 32]);
+        let h = CacheKey::new(BlockHash([7; 32]), GroupId(0));
         let mut m = CachedBlockMap::default();
         m.insert(h, 5);
         m.insert(h, 3);
@@ -115,5 +136,14 @@ mod tests {
         assert!(m.remove(&h, 3) && m.remove(&h, 5));
         assert!(m.is_empty());
         assert!(!m.remove(&h, 5));
+    }
+
+    #[test]
+    fn a_block_of_one_group_is_no_hit_for_another() {
+        let hash = BlockHash([9; 32]);
+        let mut m = CachedBlockMap::default();
+        m.insert(CacheKey::new(hash, GroupId(0)), 4);
+        assert_eq!(m.get(&CacheKey::new(hash, GroupId(0))), Some(4));
+        assert_eq!(m.get(&CacheKey::new(hash, GroupId(1))), None);
     }
 }

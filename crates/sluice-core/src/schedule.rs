@@ -15,10 +15,11 @@
 //!    `num_computed_tokens` advances optimistically by its tokens.
 
 use crate::config::SchedulingPolicy;
+use crate::kv_cache::{ComputedBlocks, SlotRequest};
 use crate::output::{
     CachedRequestData, NewRequestData, ReqHandle, ScheduledRequest, SchedulerOutput,
 };
-use crate::request::{BlockId, RequestStatus, TokenId};
+use crate::request::{RequestStatus, TokenId};
 use crate::scheduler::{PauseState, Scheduler};
 use std::collections::VecDeque;
 
@@ -32,7 +33,7 @@ pub(crate) struct StepScratch {
     running_scheduled: Vec<(u32, usize)>,
     new_reqs: Vec<u32>,
     resumed_reqs: Vec<u32>,
-    hit_blocks: Vec<BlockId>,
+    hit_blocks: ComputedBlocks,
     skipped: VecDeque<u32>,
     spec: Vec<(u32, Vec<TokenId>)>,
 }
@@ -88,10 +89,13 @@ impl Scheduler {
 
             let new_blocks = loop {
                 let req = self.slots[slot as usize].req.as_ref().expect("live slot");
-                if let Some(k) =
-                    self.kv
-                        .allocate_slots(slot as usize, req, n, 0, &[], lookahead, false, true)
-                {
+                let request = SlotRequest {
+                    num_new_tokens: n,
+                    num_lookahead_tokens: lookahead,
+                    has_scheduled_reqs: true,
+                    ..SlotRequest::default()
+                };
+                if let Some(k) = self.kv.allocate_slots(slot as usize, req, request) {
                     break Some(k);
                 }
                 let victim = if priority_policy {
@@ -201,16 +205,15 @@ impl Scheduler {
                 debug_assert!(n > 0);
 
                 let has_scheduled = !self.running.is_empty();
-                let Some(_) = self.kv.allocate_slots(
-                    slot as usize,
-                    req,
-                    external + n,
-                    hit,
-                    &s.hit_blocks,
-                    lookahead,
-                    self.config.reserve_full_sequence,
-                    has_scheduled,
-                ) else {
+                let request = SlotRequest {
+                    num_new_tokens: external + n,
+                    num_new_computed_tokens: hit,
+                    new_computed_blocks: (!s.hit_blocks.is_empty()).then_some(&s.hit_blocks),
+                    num_lookahead_tokens: lookahead,
+                    full_sequence_must_fit: self.config.reserve_full_sequence,
+                    has_scheduled_reqs: has_scheduled,
+                };
+                let Some(_) = self.kv.allocate_slots(slot as usize, req, request) else {
                     break;
                 };
                 if lookup {

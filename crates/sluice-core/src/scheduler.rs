@@ -14,7 +14,7 @@
 use crate::block_hash::BlockHasher;
 use crate::config::{ConfigError, SchedulerConfig};
 use crate::error::FieldError;
-use crate::kv_cache_manager::KvCacheManager;
+use crate::kv_cache::KvCacheManager;
 use crate::output::ReqHandle;
 use crate::queue::RequestQueue;
 use crate::request::{BlockId, NewRequest, Request, RequestId, RequestStatus, TokenId};
@@ -72,12 +72,13 @@ impl Scheduler {
                 config.hash_seed.as_deref(),
             )
         });
-        let mut kv = KvCacheManager::new(
+        let mut kv = KvCacheManager::with_groups(
             config.num_gpu_blocks,
             config.block_size,
             config.max_model_len,
             config.watermark,
             hasher,
+            &config.kv_cache_groups,
         )?;
         kv.set_kv_cache_events(config.enable_kv_cache_events);
         Ok(Scheduler {

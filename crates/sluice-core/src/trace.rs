@@ -285,6 +285,7 @@ impl Trace {
             hash_seed: None,
             enable_kv_cache_events: false,
             watermark: 0.0,
+            kv_cache_groups: vec![crate::kv_cache::KvCacheGroupSpec::Full],
         };
         config
             .validate_basic()

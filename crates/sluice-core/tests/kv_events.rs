@@ -133,7 +133,7 @@ fn workload() -> impl Strategy<Value = Workload> {
 fn cached(s: &Scheduler) -> HashMap<u64, usize> {
     let mut m = HashMap::new();
     for (h, blocks) in s.kv_cache_manager().pool().cached_map().iter() {
-        *m.entry(h.external()).or_default() += blocks.len();
+        *m.entry(h.hash.external()).or_default() += blocks.len();
     }
     m
 }

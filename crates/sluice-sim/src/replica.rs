@@ -13,6 +13,7 @@ use crate::router::ReplicaView;
 use crate::sim::{output_token, RequestTimeline, SimError, SimRequest, StepLog};
 use crate::step::{StepShape, StepTimeModel};
 use sluice_core::block_hash::BlockHash;
+use sluice_core::kv_cache::GroupId;
 use sluice_core::request::{NewRequest, RequestId};
 use sluice_core::{ModelRunnerOutput, SamplingParams, Scheduler, SchedulerConfig, SchedulerOutput};
 use std::collections::{HashMap, VecDeque};
@@ -341,7 +342,7 @@ impl ReplicaView for Replica {
         let pool = self.scheduler.kv_cache_manager().pool();
         hashes
             .iter()
-            .take_while(|h| pool.get_cached_block(h).is_some())
+            .take_while(|h| pool.get_cached_block(h, GroupId(0)).is_some())
             .count()
     }
 }
