@@ -14,7 +14,6 @@
 //! 3. The output is built, then every scheduled request's
 //!    `num_computed_tokens` advances optimistically by its tokens.
 
-use crate::config::SchedulingPolicy;
 use crate::kv_cache::{ComputedBlocks, SlotRequest};
 use crate::output::{
     CachedRequestData, NewRequestData, ReqHandle, ScheduledRequest, SchedulerOutput,
@@ -50,7 +49,6 @@ impl Scheduler {
         let cfg = &self.config;
         let max_model_len = cfg.max_model_len;
         let lookahead = cfg.num_lookahead_tokens;
-        let priority_policy = cfg.policy == SchedulingPolicy::Priority;
         let mut token_budget = cfg.max_num_scheduled_tokens();
         let mut input_budget = cfg.max_num_batched_tokens;
         // Input slots each scheduled request reserves for drafting.
@@ -98,25 +96,25 @@ impl Scheduler {
                 if let Some(k) = self.kv.allocate_slots(slot as usize, req, request) {
                     break Some(k);
                 }
-                let victim = if priority_policy {
-                    let vi = self.priority_victim();
-                    let victim = self.running.remove(vi);
-                    if vi < i {
-                        i -= 1;
-                    }
-                    // Undo the victim's scheduling earlier in this step.
-                    if let Some(pos) = s.running_scheduled.iter().position(|&(v, _)| v == victim) {
-                        s.running_scheduled.remove(pos);
-                        let pos = s.scheduled.iter().position(|&(v, _)| v == victim);
-                        let (_, restored) = s.scheduled.remove(pos.expect("scheduled entry"));
-                        token_budget += restored;
-                        input_budget += restored + draft_slots;
-                        s.spec.retain(|(v, _)| *v != victim);
-                    }
-                    victim
-                } else {
-                    self.running.pop().expect("running is not empty")
+                let vi = {
+                    let slots = &self.slots;
+                    let req = |slot: u32| slots[slot as usize].req.as_ref().expect("live slot");
+                    self.policy.preemption_victim(&self.running, &req)
                 };
+                let victim = self.running.remove(vi);
+                if vi < i {
+                    i -= 1;
+                }
+                // Undo the victim's scheduling earlier in this step (never
+                // under FCFS: its victim is the tail, not reached yet).
+                if let Some(pos) = s.running_scheduled.iter().position(|&(v, _)| v == victim) {
+                    s.running_scheduled.remove(pos);
+                    let pos = s.scheduled.iter().position(|&(v, _)| v == victim);
+                    let (_, restored) = s.scheduled.remove(pos.expect("scheduled entry"));
+                    token_budget += restored;
+                    input_budget += restored + draft_slots;
+                    s.spec.retain(|(v, _)| *v != victim);
+                }
                 self.preempt(victim);
                 if victim == slot {
                     break None;
@@ -124,12 +122,10 @@ impl Scheduler {
             };
 
             let Some(k) = new_blocks else {
-                if priority_policy && self.req(slot).status == RequestStatus::Preempted {
-                    // It was the lowest-priority request and preempted itself;
-                    // `i` already points at the next one, which may fit now.
-                    continue;
-                }
-                break;
+                // It was the victim and preempted itself; `i` already points
+                // at the next one (under FCFS there is none: it was the
+                // tail), which may fit now.
+                continue;
             };
             s.running_scheduled.push((slot, k));
             s.scheduled.push((slot, n));
@@ -261,24 +257,6 @@ impl Scheduler {
         }
         self.scratch = s;
         output
-    }
-
-    /// The running request with the largest (priority, arrival time); ties
-    /// go to the first in running order (Python's `max`).
-    fn priority_victim(&self) -> usize {
-        let mut best = 0;
-        for (idx, &slot) in self.running.iter().enumerate().skip(1) {
-            let (r, b) = (self.req(slot), self.req(self.running[best]));
-            let larger = r
-                .priority
-                .cmp(&b.priority)
-                .then(r.arrival_time.total_cmp(&b.arrival_time))
-                .is_gt();
-            if larger {
-                best = idx;
-            }
-        }
-        best
     }
 
     fn build_output(&mut self, s: &StepScratch) -> SchedulerOutput {

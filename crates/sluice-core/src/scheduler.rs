@@ -16,7 +16,7 @@ use crate::config::{ConfigError, SchedulerConfig};
 use crate::error::FieldError;
 use crate::kv_cache::KvCacheManager;
 use crate::output::ReqHandle;
-use crate::queue::RequestQueue;
+use crate::policy::{self, Policy, WaitingQueue};
 use crate::request::{BlockId, NewRequest, Request, RequestId, RequestStatus, TokenId};
 use crate::stats::SchedulerStats;
 use std::collections::{HashMap, HashSet};
@@ -47,7 +47,9 @@ pub struct Scheduler {
     free_slots: Vec<u32>,
     pub(crate) ids: HashMap<RequestId, u32>,
     pub(crate) running: Vec<u32>,
-    pub(crate) waiting: RequestQueue,
+    pub(crate) waiting: Box<dyn WaitingQueue>,
+    /// Orders `waiting` and picks preemption victims.
+    pub(crate) policy: Box<dyn Policy>,
     /// Waiting requests some scan skipped (blocked); for stats only.
     pub(crate) deferred_waiting: HashSet<u32>,
     pub(crate) kv: KvCacheManager,
@@ -64,6 +66,16 @@ impl Scheduler {
     /// only what makes scheduling undefined; call `SchedulerConfig::validate`
     /// first to apply vLLM's stricter engine checks.
     pub fn new(config: SchedulerConfig) -> Result<Self, ConfigError> {
+        let policy = policy::from_config(config.policy);
+        Self::with_policy(config, policy)
+    }
+
+    /// A scheduler under a policy of the caller's (`config.policy` is
+    /// then only a label).
+    pub fn with_policy(
+        config: SchedulerConfig,
+        policy: Box<dyn Policy>,
+    ) -> Result<Self, ConfigError> {
         config.validate_basic()?;
         let hasher = config.enable_prefix_caching.then(|| {
             BlockHasher::new(
@@ -82,7 +94,8 @@ impl Scheduler {
         )?;
         kv.set_kv_cache_events(config.enable_kv_cache_events);
         Ok(Scheduler {
-            waiting: RequestQueue::new(config.policy),
+            waiting: policy.new_queue(),
+            policy,
             config,
             slots: Vec::new(),
             free_slots: Vec::new(),
@@ -321,6 +334,31 @@ impl Scheduler {
         let req = self.req_mut(slot);
         if req.status == RequestStatus::WaitingForGrammar {
             req.status = RequestStatus::Waiting;
+        }
+        true
+    }
+
+    /// Changes a live request's priority; a waiting request moves to where
+    /// the new value puts it in the queue (a running one keeps running, and
+    /// the value counts when victims are chosen). Returns whether the
+    /// request was found.
+    pub fn set_request_priority(&mut self, id: &str, priority: i64) -> bool {
+        let Some(&slot) = self.ids.get(id) else {
+            return false;
+        };
+        let Some(req) = self.slots[slot as usize].req.as_mut() else {
+            return false;
+        };
+        if req.priority == priority {
+            return true;
+        }
+        let queued = matches!(
+            req.status,
+            RequestStatus::Waiting | RequestStatus::WaitingForGrammar | RequestStatus::Preempted
+        ) && !self.running.contains(&slot);
+        let old_priority = std::mem::replace(&mut req.priority, priority);
+        if queued {
+            self.waiting.rekey(slot, old_priority, req);
         }
         true
     }
