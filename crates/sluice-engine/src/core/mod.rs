@@ -18,11 +18,12 @@
 //! `schedule()`.
 //!
 //! The parts: this module holds the core itself and its step; beside it,
-//! `requests` (the request table: adding, finishing, aborting), `grammar`
-//! (structured outputs: compiling grammars, the bitmask, the matchers),
-//! `outputs` (each step's outputs to their streams) and `step_record` (the
-//! step log's record of each step).
+//! `commands` (what the handles send), `requests` (the request table:
+//! adding, finishing, aborting), `grammar` (structured outputs: compiling
+//! grammars, the bitmask, the matchers), `outputs` (each step's outputs to
+//! their streams) and `step_record` (the step log's record of each step).
 
+mod commands;
 mod grammar;
 mod outputs;
 mod requests;
@@ -42,7 +43,7 @@ use sluice_structured::PendingGrammar;
 use sluice_tokenizer::Tokenizer;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -262,48 +263,6 @@ impl EngineCore {
             log.flush();
         }
         self.shared.mark_stopped();
-    }
-
-    fn drain_commands(&mut self) {
-        loop {
-            match self.commands.try_recv() {
-                Ok(cmd) => self.handle(cmd),
-                Err(TryRecvError::Empty) => break,
-                Err(TryRecvError::Disconnected) => {
-                    self.disconnected = true;
-                    break;
-                }
-            }
-        }
-    }
-
-    fn handle(&mut self, cmd: Command) {
-        match cmd {
-            Command::Add(req) => self.add_request(*req),
-            Command::AbortSeq(seq) => self.abort_parent(seq, FinishReason::Abort, None),
-            Command::AbortId(id) => {
-                if let Some(&seq) = self.ids.get(&id) {
-                    self.abort_parent(seq, FinishReason::Abort, None);
-                }
-            }
-            Command::Shutdown(mode) => {
-                self.shared.accepting.store(false, Ordering::SeqCst);
-                if self.shutdown != Some(ShutdownMode::Abort) {
-                    self.shutdown = Some(mode);
-                }
-                if mode == ShutdownMode::Abort {
-                    self.fail_all(FinishReason::Abort, None);
-                }
-            }
-            Command::ResetPrefixCache {
-                reset_running_requests,
-                reply,
-            } => {
-                let ok = self.scheduler.reset_prefix_cache(reset_running_requests);
-                // The caller may have given up waiting; nothing to undo.
-                let _ = reply.send(ok);
-            }
-        }
     }
 
     fn run_step(&mut self, start: Instant) {
