@@ -150,7 +150,18 @@ pub fn check_state(s: &Scheduler, phase: Phase) -> Result<(), String> {
         }
     }
 
-    // Blocks: conservation and reference counts.
+    check_blocks(s)?;
+    if phase == Phase::AfterSchedule {
+        ensure!(
+            s.finished_req_ids.is_empty(),
+            "finished ids not handed over"
+        );
+    }
+    Ok(())
+}
+
+/// Blocks: conservation and reference counts, over every group's tables.
+fn check_blocks(s: &Scheduler) -> Result<(), String> {
     let pool = s.kv.pool();
     pool.check_invariants()?;
     let mut refs: HashMap<u32, u32> = HashMap::new();
@@ -176,12 +187,6 @@ pub fn check_state(s: &Scheduler, phase: Phase) -> Result<(), String> {
     );
     let usage = pool.usage();
     ensure!((0.0..=1.0).contains(&usage), "usage {usage} out of range");
-    if phase == Phase::AfterSchedule {
-        ensure!(
-            s.finished_req_ids.is_empty(),
-            "finished ids not handed over"
-        );
-    }
     Ok(())
 }
 
