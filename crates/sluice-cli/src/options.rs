@@ -314,21 +314,18 @@ pub fn load_profile(
     Ok((profile, model))
 }
 
-/// The simulator's view of a model config (bf16 weights and KV cache).
-pub fn model_shape(config: &sluice_model::config::ModelConfig) -> sluice_sim::ModelShape {
-    sluice_sim::ModelShape {
-        hidden: config.hidden_size,
-        layers: config.num_hidden_layers,
-        heads: config.num_attention_heads,
-        kv_heads: config.num_key_value_heads,
-        head_dim: config.head_dim,
-        intermediate: config.intermediate_size,
-        vocab: config.vocab_size,
-        bytes_per_param: 2,
-        num_experts: 0,
-        experts_per_token: 0,
-        tie_word_embeddings: config.tie_word_embeddings,
-        stored_weight_bytes: None,
+/// The shape a simulated server sizes and times: read from the model's
+/// own files by the reader `sluice simulate` uses (`ModelShape::load`: a
+/// directory's `config.json`, a GGUF file's metadata and stored bytes), so
+/// both size one model alike; a built-in config (no files) gives its own.
+pub fn simulated_shape(
+    resolved: Option<&crate::hub::ResolvedModel>,
+    config: &ModelConfig,
+) -> Result<sluice_sim::ModelShape> {
+    match resolved {
+        Some(r) => sluice_sim::ModelShape::from_path(&r.path)
+            .map_err(|e| bad_config(format!("--model: {e}"))),
+        None => Ok(config.shape()),
     }
 }
 
@@ -572,7 +569,7 @@ fn prepare(
         .collect();
     let (executor, step_clock): (Box<dyn Executor>, Option<StepClock>) = match (sim, &loaded) {
         (Some(sim), _) => {
-            let shape = model_shape(&model_config);
+            let shape = simulated_shape(resolved.as_ref(), &model_config)?;
             let tp = sim.tensor_parallel_size;
             let (profile, step_model) = load_profile(&sim.profile, &shape, tp)?;
             let blocks = match sched.num_gpu_blocks_override {
@@ -639,7 +636,7 @@ mod tests {
     #[test]
     fn simulated_kv_blocks_come_from_the_profiles_memory() {
         let (config, _) = sluice_model::builtin::config("qwen2.5-0.5b").unwrap();
-        let shape = model_shape(&config);
+        let shape = config.shape();
         assert_eq!(shape, sluice_sim::ModelShape::QWEN2_5_0_5B);
         let h100 = sluice_sim::Profile::load("h100-sxm").unwrap();
         let hw = *h100.hardware().unwrap();
