@@ -122,3 +122,57 @@ impl ModelShape {
         Self::BUILTINS.iter().map(|(n, _, _)| *n).collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn param_counts_match_the_published_sizes() {
+        // Llama 3.1 8B: 8.03 B; Mixtral 8x7B: 46.7 B; Qwen2.5-0.5B (tied,
+        // biases left out): 0.494 B.
+        let b = |m: ModelShape| m.param_count() as f64 / 1e9;
+        assert!((b(ModelShape::LLAMA_3_1_8B) - 8.03).abs() < 0.01);
+        assert!((b(ModelShape::MIXTRAL_8X7B) - 46.70).abs() < 0.05);
+        assert!((b(ModelShape::QWEN2_5_0_5B) - 0.494).abs() < 0.001);
+        assert_eq!(
+            ModelShape::LLAMA_3_1_8B.weight_bytes(),
+            2 * ModelShape::LLAMA_3_1_8B.param_count()
+        );
+        // 32 layers × K and V × 8 heads × 128 × 2 bytes = 128 KiB.
+        assert_eq!(ModelShape::LLAMA_3_1_8B.kv_bytes_per_token(), 131_072);
+        assert_eq!(
+            ModelShape::LLAMA_3_1_8B.kv_bytes_per_token_per_gpu(4),
+            32_768
+        );
+        // Beyond 8 KV heads they replicate: one per GPU.
+        assert_eq!(
+            ModelShape::LLAMA_3_1_8B.kv_bytes_per_token_per_gpu(16),
+            16_384
+        );
+    }
+
+    #[test]
+    fn builtin_names_take_hf_ids_in_any_case() {
+        assert_eq!(
+            ModelShape::builtin("Qwen/Qwen2.5-7B-Instruct"),
+            Some(ModelShape::QWEN2_5_7B)
+        );
+        assert_eq!(
+            ModelShape::builtin("QWEN2.5-7B"),
+            Some(ModelShape::QWEN2_5_7B)
+        );
+        assert_eq!(
+            ModelShape::builtin("mistralai/mixtral-8x7b-instruct-v0.1"),
+            Some(ModelShape::MIXTRAL_8X7B)
+        );
+        assert_eq!(ModelShape::builtin("qwen2.5-7b-base"), None);
+        for name in ModelShape::builtin_names() {
+            assert!(ModelShape::builtin(name).is_some(), "{name}");
+            assert_eq!(
+                ModelShape::builtin(name).map(|m| m.validate()),
+                Some(Ok(()))
+            );
+        }
+    }
+}
