@@ -17,7 +17,8 @@ use sluice_engine::{
 use sluice_model::config::{GenerationConfig, ModelConfig};
 use sluice_model::kernels::QuantFormat;
 use sluice_model::model::GgufInfo;
-use sluice_model::{DType, KvCacheSize, LoadFormat, ModelExecutor, ModelSpec};
+use sluice_model::runner::{BackendRegistry, BackendRequest};
+use sluice_model::{DType, KvCacheSize, LoadFormat, ModelSpec};
 use sluice_sim::StepTimeModel;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -68,6 +69,10 @@ pub struct ModelArgs {
     /// Memory for the KV cache, e.g. 512MiB, 2GiB, 1000000000 (bytes).
     #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = parse_size)]
     pub kv_cache_memory: usize,
+    /// The backend that runs the model (`cpu`; the names are those of
+    /// sluice-model's backend registry).
+    #[arg(long, value_name = "NAME", default_value = sluice_model::runner::DEFAULT_BACKEND)]
+    pub backend: String,
     /// Kernel threads (default: every core).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub threads: Option<u32>,
@@ -469,6 +474,10 @@ fn prepare(
     // unsupported type or architecture) is bad input: exit status 2.
     let (loaded, model_config, generation_config, gguf) = match sim {
         None => {
+            // An unknown backend is refused before any weight is read.
+            BackendRegistry::default()
+                .get(&model.backend)
+                .map_err(|e| bad_config(format!("--backend: {e}")))?;
             let loaded = sluice_model::load_model(&spec)
                 .with_context(label)
                 .map_err(config_error)?;
@@ -598,10 +607,17 @@ fn prepare(
             (Box::new(exec), Some(clock))
         }
         (None, Some(loaded)) => {
-            let exec = ModelExecutor::new(loaded, sched.block_size, kv_size, model.model_seed)
+            let request = BackendRequest {
+                model: loaded,
+                block_size: sched.block_size,
+                kv_cache_size: kv_size,
+                seed: model.model_seed,
+            };
+            let exec = BackendRegistry::default()
+                .create(&model.backend, &request)
                 .context(kv_flag)
                 .map_err(config_error)?;
-            (Box::new(exec), None)
+            (exec, None)
         }
         (None, None) => anyhow::bail!("internal: no model loaded"),
     };
