@@ -15,7 +15,8 @@ use sluice_engine::{Engine, EngineConfig, Executor, StartOptions, TokenId, Token
 use sluice_model::config::{GenerationConfig, ModelConfig};
 use sluice_model::kernels::QuantFormat;
 use sluice_model::model::GgufInfo;
-use sluice_model::{DType, KvCacheSize, LoadFormat, ModelExecutor, ModelSpec};
+use sluice_model::runner::{BackendRegistry, BackendRequest};
+use sluice_model::{DType, KvCacheSize, LoadFormat, ModelSpec};
 use sluice_sim::{SimulatedExecutor, StepTimeModel};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -66,6 +67,10 @@ pub struct ModelArgs {
     /// Memory for the KV cache, e.g. 512MiB, 2GiB, 1000000000 (bytes).
     #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = parse_size)]
     pub kv_cache_memory: usize,
+    /// The backend that runs the model (`cpu`; the names are those of
+    /// sluice-model's backend registry).
+    #[arg(long, value_name = "NAME", default_value = sluice_model::runner::DEFAULT_BACKEND)]
+    pub backend: String,
     /// Kernel threads (default: every core).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub threads: Option<u32>,
@@ -305,21 +310,18 @@ pub fn load_profile(
     Ok((profile, model))
 }
 
-/// The simulator's view of a model config (bf16 weights and KV cache).
-pub fn model_shape(config: &sluice_model::config::ModelConfig) -> sluice_sim::ModelShape {
-    sluice_sim::ModelShape {
-        hidden: config.hidden_size,
-        layers: config.num_hidden_layers,
-        heads: config.num_attention_heads,
-        kv_heads: config.num_key_value_heads,
-        head_dim: config.head_dim,
-        intermediate: config.intermediate_size,
-        vocab: config.vocab_size,
-        bytes_per_param: 2,
-        num_experts: 0,
-        experts_per_token: 0,
-        tie_word_embeddings: config.tie_word_embeddings,
-        stored_weight_bytes: None,
+/// The shape a simulated server sizes and times: read from the model's
+/// own files by the reader `sluice simulate` uses (`ModelShape::load`: a
+/// directory's `config.json`, a GGUF file's metadata and stored bytes), so
+/// both size one model alike; a built-in config (no files) gives its own.
+pub fn simulated_shape(
+    resolved: Option<&crate::hub::ResolvedModel>,
+    config: &ModelConfig,
+) -> Result<sluice_sim::ModelShape> {
+    match resolved {
+        Some(r) => sluice_sim::ModelShape::from_path(&r.path)
+            .map_err(|e| bad_config(format!("--model: {e}"))),
+        None => Ok(config.shape()),
     }
 }
 
@@ -463,6 +465,10 @@ fn prepare(
     // unsupported type or architecture) is bad input: exit status 2.
     let (loaded, model_config, generation_config, gguf) = match sim {
         None => {
+            // An unknown backend is refused before any weight is read.
+            BackendRegistry::default()
+                .get(&model.backend)
+                .map_err(|e| bad_config(format!("--backend: {e}")))?;
             let loaded = sluice_model::load_model(&spec)
                 .with_context(label)
                 .map_err(config_error)?;
@@ -563,7 +569,7 @@ fn prepare(
         .collect();
     let executor: Box<dyn Executor> = match (sim, &loaded) {
         (Some(sim), _) => {
-            let shape = model_shape(&model_config);
+            let shape = simulated_shape(resolved.as_ref(), &model_config)?;
             let tp = sim.tensor_parallel_size;
             let (profile, step_model) = load_profile(&sim.profile, &shape, tp)?;
             let blocks = match sched.num_gpu_blocks_override {
@@ -597,10 +603,17 @@ fn prepare(
             Box::new(exec)
         }
         (None, Some(loaded)) => {
-            let exec = ModelExecutor::new(loaded, sched.block_size, kv_size, model.model_seed)
+            let request = BackendRequest {
+                model: loaded,
+                block_size: sched.block_size,
+                kv_cache_size: kv_size,
+                seed: model.model_seed,
+            };
+            let exec = BackendRegistry::default()
+                .create(&model.backend, &request)
                 .context(kv_flag)
                 .map_err(config_error)?;
-            Box::new(exec)
+            exec
         }
         (None, None) => anyhow::bail!("internal: no model loaded"),
     };
@@ -634,7 +647,7 @@ mod tests {
     #[test]
     fn simulated_kv_blocks_come_from_the_profiles_memory() {
         let (config, _) = sluice_model::builtin::config("qwen2.5-0.5b").unwrap();
-        let shape = model_shape(&config);
+        let shape = config.shape();
         assert_eq!(shape, sluice_sim::ModelShape::QWEN2_5_0_5B);
         let h100 = sluice_sim::Profile::load("h100-sxm").unwrap();
         let hw = *h100.hardware().unwrap();

@@ -5,8 +5,9 @@
 //! `<|endoftext|>`, 257 `<|im_start|>`, 258 `<|im_end|>`). `qwen2.5-0.5b` is
 //! the real Qwen2.5-0.5B shape, the benchmark model.
 
-use crate::config::{Architecture, CheckpointDType, GenerationConfig, ModelConfig, RopeScaling};
+use crate::config::{Architecture, GenerationConfig, ModelConfig, RopeScaling};
 use anyhow::{bail, Result};
+use sluice_gguf::GgmlType;
 
 /// Names accepted by [`config`].
 pub const NAMES: &[&str] = &["tiny", "qwen2.5-0.5b"];
@@ -34,7 +35,7 @@ pub fn config(name: &str) -> Result<(ModelConfig, GenerationConfig)> {
             mlp_bias: false,
             bos_token_id: None,
             eos_token_ids: vec![256, 258],
-            checkpoint_dtype: Some(CheckpointDType::F32),
+            checkpoint_dtype: Some(GgmlType::F32),
         },
         "qwen2.5-0.5b" => ModelConfig {
             architecture: Architecture::Qwen2,
@@ -56,7 +57,7 @@ pub fn config(name: &str) -> Result<(ModelConfig, GenerationConfig)> {
             mlp_bias: false,
             bos_token_id: None,
             eos_token_ids: vec![151643, 151645],
-            checkpoint_dtype: Some(CheckpointDType::Bf16),
+            checkpoint_dtype: Some(GgmlType::BF16),
         },
         other => bail!("unknown built-in model {other:?} (built-in models: {NAMES:?})"),
     };

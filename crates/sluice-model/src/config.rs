@@ -13,6 +13,7 @@
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Deserialize;
+use sluice_gguf::GgmlType;
 use std::path::Path;
 
 pub use crate::model::arch::{Architecture, ConfigSwitches, LayerPieces};
@@ -32,14 +33,6 @@ pub enum RopeScaling {
         high_freq_factor: f64,
         original_max_position_embeddings: f64,
     },
-}
-
-/// Storage dtype of a checkpoint's weights.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CheckpointDType {
-    F32,
-    Bf16,
-    F16,
 }
 
 /// The parsed `config.json`.
@@ -69,8 +62,9 @@ pub struct ModelConfig {
     pub mlp_bias: bool,
     pub bos_token_id: Option<u32>,
     pub eos_token_ids: Vec<u32>,
-    /// `torch_dtype` / `dtype`: what `DType::Auto` loads the weights as.
-    pub checkpoint_dtype: Option<CheckpointDType>,
+    /// `torch_dtype` / `dtype` (F32, F16 or BF16; `None` for any other or
+    /// none): what `DType::Auto` loads the weights as.
+    pub checkpoint_dtype: Option<GgmlType>,
 }
 
 impl ModelConfig {
@@ -96,6 +90,29 @@ impl ModelConfig {
         self.o_bias = p.o_bias;
         self.qk_norm = p.qk_norm;
         self.mlp_bias = p.mlp_bias;
+    }
+
+    /// The model's shape (`sluice_arch`), what KV sizing and a simulated
+    /// executor see: widths from this config, 2 bytes per weight and
+    /// activation (vLLM's `--dtype auto` runs float32 checkpoints in bf16),
+    /// dense. A checkpoint on disk is better sized by
+    /// `sluice_arch::ModelShape::load`, which also sees a GGUF's stored
+    /// bytes; the two agree on every width (`sluice-cli/tests/sizing.rs`).
+    pub fn shape(&self) -> sluice_arch::ModelShape {
+        sluice_arch::ModelShape {
+            hidden: self.hidden_size,
+            layers: self.num_hidden_layers,
+            heads: self.num_attention_heads,
+            kv_heads: self.num_key_value_heads,
+            head_dim: self.head_dim,
+            intermediate: self.intermediate_size,
+            vocab: self.vocab_size,
+            bytes_per_param: 2,
+            num_experts: 0,
+            experts_per_token: 0,
+            tie_word_embeddings: self.tie_word_embeddings,
+            stored_weight_bytes: None,
+        }
     }
 
     /// Width of the fused q/k/v projection output.
@@ -349,12 +366,11 @@ impl RawConfig {
             Some(s) => parse_rope_scaling(s)?,
         };
 
-        let checkpoint_dtype = match self.torch_dtype.as_deref().or(self.dtype.as_deref()) {
-            Some("float32") => Some(CheckpointDType::F32),
-            Some("bfloat16") => Some(CheckpointDType::Bf16),
-            Some("float16") => Some(CheckpointDType::F16),
-            _ => None,
-        };
+        let checkpoint_dtype = self
+            .torch_dtype
+            .as_deref()
+            .or(self.dtype.as_deref())
+            .and_then(sluice_arch::checkpoint_dtype);
         let pieces = arch.pieces(ConfigSwitches {
             attention_bias: self.attention_bias,
             mlp_bias: self.mlp_bias,

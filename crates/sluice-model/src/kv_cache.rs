@@ -66,16 +66,13 @@ impl KvCacheConfig {
     /// Bytes one block takes across all layers, K and V; `usize::MAX` when
     /// that does not fit a `usize` (an absurd `block_size`).
     pub fn bytes_per_block(model: &ModelConfig, block_size: usize) -> usize {
-        [
-            model.num_hidden_layers,
-            block_size,
-            model.num_key_value_heads,
-            model.head_dim,
-            std::mem::size_of::<f32>(),
-        ]
-        .into_iter()
-        .try_fold(2usize, usize::checked_mul)
-        .unwrap_or(usize::MAX)
+        // The cache is f32 whatever the weights are (see ARCHITECTURE.md).
+        model
+            .shape()
+            .kv_elements_per_token()
+            .and_then(|n| n.checked_mul(block_size))
+            .and_then(|n| n.checked_mul(std::mem::size_of::<f32>()))
+            .unwrap_or(usize::MAX)
     }
 
     /// As many blocks as fit in `budget_bytes` (a `--kv-cache-memory` style

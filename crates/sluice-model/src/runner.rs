@@ -30,9 +30,13 @@
 //! returns.
 
 mod backend;
+mod registry;
 mod state;
 
 pub use self::backend::{CpuBackend, ForwardBackend};
+pub use self::registry::{
+    BackendEntry, BackendFactory, BackendRegistry, BackendRequest, DEFAULT_BACKEND,
+};
 
 use self::state::RequestState;
 use crate::kv_cache::KvCacheConfig;

@@ -614,10 +614,11 @@ fn config_json_gives_the_builtin_shapes() {
     let mha = QWEN7B_CONFIG.replace("\"num_key_value_heads\": 4,", "");
     let m = ModelShape::from_config_str(&mha, Path::new("c.json")).unwrap();
     assert_eq!(m.kv_heads, 28);
-    // float32 weights.
+    // float32 weights: vLLM's `--dtype auto` serves them in bf16
+    // (`_resolve_auto_dtype` downcasts float32 checkpoints).
     let f32 = QWEN7B_CONFIG.replace("bfloat16", "float32");
     let m = ModelShape::from_config_str(&f32, Path::new("c.json")).unwrap();
-    assert_eq!(m.bytes_per_param, 4);
+    assert_eq!(m.bytes_per_param, 2);
 }
 
 #[test]

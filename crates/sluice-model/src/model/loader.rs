@@ -6,10 +6,11 @@
 //! misshapen tensor — comes back as an error naming the file or tensor.
 
 use super::Model;
-use crate::config::{CheckpointDType, GenerationConfig, ModelConfig};
+use crate::config::{GenerationConfig, ModelConfig};
 use crate::kernels::QuantFormat;
 use crate::weights::{DummySource, SafetensorsSource, WeightDType};
 use anyhow::{bail, Context, Result};
+use sluice_gguf::GgmlType;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -63,13 +64,13 @@ impl FromStr for DType {
 }
 
 impl DType {
-    fn resolve(self, checkpoint: Option<CheckpointDType>) -> WeightDType {
+    fn resolve(self, checkpoint: Option<GgmlType>) -> WeightDType {
         match self {
             DType::F32 => WeightDType::F32,
             DType::Bf16 => WeightDType::Bf16,
             DType::Auto => match checkpoint {
-                Some(CheckpointDType::Bf16) | Some(CheckpointDType::F16) => WeightDType::Bf16,
-                Some(CheckpointDType::F32) | None => WeightDType::F32,
+                Some(GgmlType::BF16) | Some(GgmlType::F16) => WeightDType::Bf16,
+                _ => WeightDType::F32,
             },
         }
     }

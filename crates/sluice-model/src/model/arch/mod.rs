@@ -158,11 +158,12 @@ pub trait Arch: Send + Sync {
     fn hf_sliding_window_in_force(&self, use_sliding_window: Option<bool>) -> bool;
 
     /// head_dim when `config.json` gives none (the transformers config
-    /// class's default): `hidden_size / num_attention_heads` unless the
-    /// family says otherwise; `None` when that does not divide.
+    /// class's default), from the architecture table every reader of a
+    /// config shares (`sluice_arch::family`), so the runner and the
+    /// simulator agree; `None` when the family divides and that does not.
     fn hf_default_head_dim(&self, hidden_size: usize, num_attention_heads: usize) -> Option<usize> {
-        (num_attention_heads > 0 && hidden_size.is_multiple_of(num_attention_heads))
-            .then(|| hidden_size / num_attention_heads)
+        let family = sluice_arch::Family::by_hf_name(self.hf_architectures()[0]);
+        sluice_arch::family::default_head_dim(family, hidden_size, num_attention_heads)
     }
 
     /// The name of tensor `id` in `naming`. Every family here uses the

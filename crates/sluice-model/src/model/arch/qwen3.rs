@@ -4,7 +4,8 @@
 //! `k_norm`, `head_dim` weights, the model's `rms_norm_eps`) after the
 //! projection and before RoPE; q/k/v and o biased only when
 //! `attention_bias` is set (never in released checkpoints); no MLP bias.
-//! head_dim is its own config field (128 in transformers' defaults), not
+//! head_dim is its own config field (128 in transformers' defaults, in
+//! `sluice_arch`'s architecture table), not
 //! `hidden_size / num_attention_heads`: Qwen3-0.6B has 16 heads of 128 on a
 //! hidden size of 1024. The sliding window only applies when
 //! `use_sliding_window` is set.
@@ -12,9 +13,6 @@
 use super::{Arch, Architecture, ConfigSwitches, LayerPieces};
 
 pub(super) struct Qwen3;
-
-/// transformers' `Qwen3Config.head_dim` default.
-const DEFAULT_HEAD_DIM: usize = 128;
 
 impl Arch for Qwen3 {
     fn architecture(&self) -> Architecture {
@@ -45,13 +43,5 @@ impl Arch for Qwen3 {
 
     fn hf_sliding_window_in_force(&self, use_sliding_window: Option<bool>) -> bool {
         use_sliding_window.unwrap_or(false)
-    }
-
-    fn hf_default_head_dim(
-        &self,
-        _hidden_size: usize,
-        _num_attention_heads: usize,
-    ) -> Option<usize> {
-        Some(DEFAULT_HEAD_DIM)
     }
 }

@@ -1,0 +1,178 @@
+//! Built-in shapes: the published `config.json` of a few common models,
+//! by a short name or the Hugging Face ids they are read from, so a
+//! simulation needs no download.
+
+use crate::ModelShape;
+
+impl ModelShape {
+    pub(crate) const fn dense(
+        hidden: usize,
+        layers: usize,
+        heads: usize,
+        kv_heads: usize,
+        head_dim: usize,
+        intermediate: usize,
+        vocab: usize,
+    ) -> ModelShape {
+        ModelShape {
+            hidden,
+            layers,
+            heads,
+            kv_heads,
+            head_dim,
+            intermediate,
+            vocab,
+            bytes_per_param: 2,
+            num_experts: 0,
+            experts_per_token: 0,
+            tie_word_embeddings: false,
+            stored_weight_bytes: None,
+        }
+    }
+
+    /// `Qwen/Qwen2.5-0.5B-Instruct` config.json (tied embeddings).
+    pub const QWEN2_5_0_5B: ModelShape = ModelShape {
+        tie_word_embeddings: true,
+        ..ModelShape::dense(896, 24, 14, 2, 64, 4864, 151_936)
+    };
+    /// `Qwen/Qwen2.5-7B-Instruct` config.json.
+    pub const QWEN2_5_7B: ModelShape = ModelShape::dense(3584, 28, 28, 4, 128, 18_944, 152_064);
+    /// `Qwen/Qwen2.5-72B-Instruct` config.json.
+    pub const QWEN2_5_72B: ModelShape = ModelShape::dense(8192, 80, 64, 8, 128, 29_568, 152_064);
+    /// `meta-llama/Llama-3.1-8B-Instruct` config.json.
+    pub const LLAMA_3_1_8B: ModelShape = ModelShape::dense(4096, 32, 32, 8, 128, 14_336, 128_256);
+    /// `meta-llama/Llama-3.1-70B-Instruct` config.json.
+    pub const LLAMA_3_1_70B: ModelShape = ModelShape::dense(8192, 80, 64, 8, 128, 28_672, 128_256);
+    /// `Qwen/Qwen3-8B` config.json.
+    pub const QWEN3_8B: ModelShape = ModelShape::dense(4096, 36, 32, 8, 128, 12_288, 151_936);
+    /// `Qwen/Qwen3-32B` config.json (its `head_dim` 128 × 64 heads is
+    /// wider than `hidden`, which is why projections use heads·head_dim).
+    pub const QWEN3_32B: ModelShape = ModelShape::dense(5120, 64, 64, 8, 128, 25_600, 151_936);
+    /// `mistralai/Mixtral-8x7B-Instruct-v0.1` config.json: 8 experts of
+    /// intermediate 14336, top-2 (`num_local_experts`,
+    /// `num_experts_per_tok`).
+    pub const MIXTRAL_8X7B: ModelShape = ModelShape {
+        num_experts: 8,
+        experts_per_token: 2,
+        ..ModelShape::dense(4096, 32, 32, 8, 128, 14_336, 32_000)
+    };
+
+    /// The built-in shapes: canonical name, then the Hugging Face ids
+    /// they are read from.
+    const BUILTINS: &'static [(&'static str, ModelShape, &'static [&'static str])] = &[
+        (
+            "qwen2.5-0.5b",
+            Self::QWEN2_5_0_5B,
+            &["Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-0.5B"],
+        ),
+        (
+            "qwen2.5-7b",
+            Self::QWEN2_5_7B,
+            &["Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-7B"],
+        ),
+        (
+            "qwen2.5-72b",
+            Self::QWEN2_5_72B,
+            &["Qwen/Qwen2.5-72B-Instruct", "Qwen/Qwen2.5-72B"],
+        ),
+        (
+            "llama-3.1-8b",
+            Self::LLAMA_3_1_8B,
+            &[
+                "meta-llama/Llama-3.1-8B-Instruct",
+                "meta-llama/Llama-3.1-8B",
+                "meta-llama/Meta-Llama-3.1-8B-Instruct",
+                "meta-llama/Meta-Llama-3.1-8B",
+            ],
+        ),
+        (
+            "llama-3.1-70b",
+            Self::LLAMA_3_1_70B,
+            &[
+                "meta-llama/Llama-3.1-70B-Instruct",
+                "meta-llama/Llama-3.1-70B",
+                "meta-llama/Meta-Llama-3.1-70B-Instruct",
+                "meta-llama/Meta-Llama-3.1-70B",
+            ],
+        ),
+        ("qwen3-8b", Self::QWEN3_8B, &["Qwen/Qwen3-8B"]),
+        ("qwen3-32b", Self::QWEN3_32B, &["Qwen/Qwen3-32B"]),
+        (
+            "mixtral-8x7b",
+            Self::MIXTRAL_8X7B,
+            &[
+                "mistralai/Mixtral-8x7B-Instruct-v0.1",
+                "mistralai/Mixtral-8x7B-v0.1",
+            ],
+        ),
+    ];
+
+    /// A built-in shape by its short name (`qwen2.5-7b`) or a Hugging Face
+    /// id it is read from (`Qwen/Qwen2.5-7B-Instruct`), case-insensitive.
+    pub fn builtin(name: &str) -> Option<ModelShape> {
+        let name = name.trim();
+        Self::BUILTINS.iter().find_map(|(short, shape, ids)| {
+            (short.eq_ignore_ascii_case(name) || ids.iter().any(|id| id.eq_ignore_ascii_case(name)))
+                .then_some(*shape)
+        })
+    }
+
+    /// The built-in shapes' short names, for help texts and errors.
+    pub fn builtin_names() -> Vec<&'static str> {
+        Self::BUILTINS.iter().map(|(n, _, _)| *n).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn param_counts_match_the_published_sizes() {
+        // Llama 3.1 8B: 8.03 B; Mixtral 8x7B: 46.7 B; Qwen2.5-0.5B (tied,
+        // biases left out): 0.494 B.
+        let b = |m: ModelShape| m.param_count() as f64 / 1e9;
+        assert!((b(ModelShape::LLAMA_3_1_8B) - 8.03).abs() < 0.01);
+        assert!((b(ModelShape::MIXTRAL_8X7B) - 46.70).abs() < 0.05);
+        assert!((b(ModelShape::QWEN2_5_0_5B) - 0.494).abs() < 0.001);
+        assert_eq!(
+            ModelShape::LLAMA_3_1_8B.weight_bytes(),
+            2 * ModelShape::LLAMA_3_1_8B.param_count()
+        );
+        // 32 layers × K and V × 8 heads × 128 × 2 bytes = 128 KiB.
+        assert_eq!(ModelShape::LLAMA_3_1_8B.kv_bytes_per_token(), 131_072);
+        assert_eq!(
+            ModelShape::LLAMA_3_1_8B.kv_bytes_per_token_per_gpu(4),
+            32_768
+        );
+        // Beyond 8 KV heads they replicate: one per GPU.
+        assert_eq!(
+            ModelShape::LLAMA_3_1_8B.kv_bytes_per_token_per_gpu(16),
+            16_384
+        );
+    }
+
+    #[test]
+    fn builtin_names_take_hf_ids_in_any_case() {
+        assert_eq!(
+            ModelShape::builtin("Qwen/Qwen2.5-7B-Instruct"),
+            Some(ModelShape::QWEN2_5_7B)
+        );
+        assert_eq!(
+            ModelShape::builtin("QWEN2.5-7B"),
+            Some(ModelShape::QWEN2_5_7B)
+        );
+        assert_eq!(
+            ModelShape::builtin("mistralai/mixtral-8x7b-instruct-v0.1"),
+            Some(ModelShape::MIXTRAL_8X7B)
+        );
+        assert_eq!(ModelShape::builtin("qwen2.5-7b-base"), None);
+        for name in ModelShape::builtin_names() {
+            assert!(ModelShape::builtin(name).is_some(), "{name}");
+            assert_eq!(
+                ModelShape::builtin(name).map(|m| m.validate()),
+                Some(Ok(()))
+            );
+        }
+    }
+}

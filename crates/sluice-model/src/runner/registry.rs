@@ -1,0 +1,101 @@
+//! The backend registry: which device runs a loaded model, by name
+//! (`--backend cpu`). A backend is a factory that turns a [`LoadedModel`]
+//! and the KV cache's size into an engine [`Executor`], usually a
+//! [`ModelExecutor`] over its own [`ForwardBackend`](super::ForwardBackend)
+//! so that it gets the runner's scheduling protocol, sampling and logprobs
+//! unchanged.
+//!
+//! Promises: names are unique (registering one twice replaces it, so a
+//! caller can swap the CPU backend in tests); an unknown name is an error
+//! listing every known one, in registration order; nothing is built until
+//! [`BackendRegistry::create`].
+
+use crate::executor::{KvCacheSize, ModelExecutor};
+use crate::LoadedModel;
+use anyhow::{anyhow, Result};
+use sluice_core::Executor;
+
+/// What a backend is asked to build.
+#[derive(Clone, Copy)]
+pub struct BackendRequest<'a> {
+    pub model: &'a LoadedModel,
+    /// Tokens per KV block (`--block-size`).
+    pub block_size: usize,
+    /// The KV pool's size (`--num-gpu-blocks-override` or
+    /// `--kv-cache-memory`).
+    pub kv_cache_size: KvCacheSize,
+    /// Seeds the default per-request seeds (`--model-seed`).
+    pub seed: u64,
+}
+
+/// Builds an executor for a request.
+pub type BackendFactory = fn(&BackendRequest<'_>) -> Result<Box<dyn Executor>>;
+
+/// One registered backend.
+#[derive(Clone, Copy, Debug)]
+pub struct BackendEntry {
+    /// The name `--backend` takes.
+    pub name: &'static str,
+    /// One line for help texts.
+    pub description: &'static str,
+    pub factory: BackendFactory,
+}
+
+/// The backends a binary can run models on.
+#[derive(Clone, Debug)]
+pub struct BackendRegistry {
+    entries: Vec<BackendEntry>,
+}
+
+/// The backend `--backend` names when not given.
+pub const DEFAULT_BACKEND: &str = "cpu";
+
+fn cpu(req: &BackendRequest<'_>) -> Result<Box<dyn Executor>> {
+    let exec = ModelExecutor::new(req.model, req.block_size, req.kv_cache_size, req.seed)?;
+    Ok(Box::new(exec))
+}
+
+impl Default for BackendRegistry {
+    /// The backends this crate implements: `cpu`.
+    fn default() -> Self {
+        let mut r = BackendRegistry {
+            entries: Vec::new(),
+        };
+        r.register(BackendEntry {
+            name: DEFAULT_BACKEND,
+            description: "this crate's CPU kernels and paged KV cache",
+            factory: cpu,
+        });
+        r
+    }
+}
+
+impl BackendRegistry {
+    /// Adds `entry`, replacing a backend of the same name.
+    pub fn register(&mut self, entry: BackendEntry) {
+        match self.entries.iter_mut().find(|e| e.name == entry.name) {
+            Some(e) => *e = entry,
+            None => self.entries.push(entry),
+        }
+    }
+
+    /// The registered names, in registration order.
+    pub fn names(&self) -> Vec<&'static str> {
+        self.entries.iter().map(|e| e.name).collect()
+    }
+
+    /// The backend called `name`, or an error listing the known ones.
+    pub fn get(&self, name: &str) -> Result<&BackendEntry> {
+        self.entries.iter().find(|e| e.name == name).ok_or_else(|| {
+            anyhow!(
+                "unknown backend {name:?} (known: {})",
+                self.names().join(", ")
+            )
+        })
+    }
+
+    /// Builds the executor of backend `name` for `req`.
+    pub fn create(&self, name: &str, req: &BackendRequest<'_>) -> Result<Box<dyn Executor>> {
+        (self.get(name)?.factory)(req)
+    }
+}
