@@ -361,6 +361,37 @@ fn bench(args: &BenchModelArgs) -> Result<()> {
     // Warm-up: thread pool, buffers at their largest shapes.
     b.run(max_conc, 2)?;
 
+    let figures = measure(&mut b, args)?;
+
+    report(
+        args,
+        b.loaded.config.vocab_size,
+        &weights_desc,
+        load_s,
+        &figures,
+    );
+    Ok(())
+}
+
+/// What one bench-model run measured.
+struct Figures {
+    /// Prompt tokens per second of one request's prefill (median).
+    prefill: f64,
+    /// Per concurrency level: decode and output tok/s (medians).
+    levels: Vec<(usize, f64, f64)>,
+    peak_rss: Option<u64>,
+    weight_bytes: usize,
+    /// Weight bytes one decode step reads.
+    per_token: usize,
+    /// This machine's stream read bandwidth, bytes per second.
+    bandwidth: f64,
+    /// One request's decode rate against the bandwidth bound.
+    bound_fraction: Option<f64>,
+}
+
+/// The warmed-up runs: prefill, then each concurrency level, `--repeats`
+/// times each.
+fn measure(b: &mut Bench, args: &BenchModelArgs) -> Result<Figures> {
     let prefill: Vec<f64> = (0..args.repeats)
         .map(|_| {
             b.run(1, 1)
@@ -386,14 +417,41 @@ fn bench(args: &BenchModelArgs) -> Result<()> {
     let bandwidth = stream_read_bandwidth();
     let decode_1 = levels.iter().find(|&&(c, _, _)| c == 1).map(|&(_, d, _)| d);
     let bound_fraction = decode_1.map(|d| d * per_token as f64 / bandwidth);
+    Ok(Figures {
+        prefill,
+        levels,
+        peak_rss,
+        weight_bytes,
+        per_token,
+        bandwidth,
+        bound_fraction,
+    })
+}
 
-    let c = &b.loaded.config;
+/// The figures as a table on stderr and one JSON object on stdout.
+fn report(
+    args: &BenchModelArgs,
+    vocab_size: usize,
+    weights_desc: &str,
+    load_s: f64,
+    figures: &Figures,
+) {
+    let Figures {
+        prefill,
+        peak_rss,
+        weight_bytes,
+        per_token,
+        bandwidth,
+        bound_fraction,
+        ..
+    } = *figures;
+    let levels = &figures.levels;
     eprintln!(
         "sluice bench-model: {}: {}, vocab {} ({:.0} MB of weights), {} threads, \
          prompt {} -> {} new tokens, median of {} runs, load {:.1} s",
         args.model,
         weights_desc,
-        c.vocab_size,
+        vocab_size,
         weight_bytes as f64 / 1e6,
         args.threads,
         args.prompt_len,
@@ -403,7 +461,7 @@ fn bench(args: &BenchModelArgs) -> Result<()> {
     );
     eprintln!("  {:<34} {:>10}", "figure", "value");
     eprintln!("  {:<34} {:>10.1}", "prefill tok/s", prefill);
-    for &(conc, decode, output) in &levels {
+    for &(conc, decode, output) in levels {
         eprintln!(
             "  {:<34} {:>10.1}",
             format!("decode tok/s, {conc} concurrent"),
@@ -436,7 +494,7 @@ fn bench(args: &BenchModelArgs) -> Result<()> {
 
     let json = serde_json::json!({
         "model": args.model,
-        "vocab_size": c.vocab_size,
+        "vocab_size": vocab_size,
         "dtype": args.dtype,
         "threads": args.threads,
         "prompt_len": args.prompt_len,
@@ -452,5 +510,4 @@ fn bench(args: &BenchModelArgs) -> Result<()> {
         "peak_rss_bytes": peak_rss,
     });
     println!("{json}");
-    Ok(())
 }

@@ -428,22 +428,7 @@ fn prepare(
         None => None,
     };
     let model_dir: Option<PathBuf> = resolved.as_ref().map(|r| r.path.clone());
-    let builtin = match (&model.model, &model.builtin) {
-        (None, None) => {
-            eprintln!(
-                "sluice: no --model given: running the built-in {DEFAULT_BUILTIN:?} model \
-                 ({}, byte-level tokenizer)",
-                if sim.is_some() {
-                    "simulated"
-                } else {
-                    "dummy weights"
-                }
-            );
-            Some(DEFAULT_BUILTIN.to_string())
-        }
-        (None, Some(name)) => Some(name.clone()),
-        (Some(_), _) => None,
-    };
+    let builtin = builtin_name(model, sim);
     let spec = ModelSpec {
         dir: model_dir.clone(),
         builtin: builtin.clone(),
@@ -486,49 +471,8 @@ fn prepare(
             (None, c, g, info)
         }
     };
-    let tokenizer = match (&resolved, &gguf) {
-        (Some(r), Some(gguf)) => {
-            for line in &gguf.sampling_defaults {
-                eprintln!(
-                    "sluice: the GGUF file recommends {line} (not applied: requests set their \
-                     own sampling)"
-                );
-            }
-            let tok = Tokenizer::from_gguf_vocab(&gguf.vocab)
-                .with_context(|| model_label(r))
-                .map_err(config_error)?;
-            for w in tok.warnings() {
-                eprintln!("sluice: tokenizer: {w}");
-            }
-            tok
-        }
-        (Some(r), None) => Tokenizer::from_dir(&r.path)
-            .with_context(|| model_label(r))
-            .map_err(config_error)?,
-        (None, _) => Tokenizer::builtin(),
-    };
-    let model_name = match (&resolved, &builtin) {
-        // Clients see a hub model under its id, as vLLM does.
-        (
-            Some(crate::hub::ResolvedModel {
-                hub_id: Some(id), ..
-            }),
-            _,
-        ) => id.clone(),
-        // A GGUF file: its name without `.gguf` (and without a split
-        // suffix), e.g. `SmolLM2-135M-Instruct.Q4_1`.
-        (Some(_), _) if gguf.is_some() => gguf
-            .as_ref()
-            .map(|g| gguf_model_name(&g.path))
-            .unwrap_or_default(),
-        (Some(crate::hub::ResolvedModel { path: dir, .. }), _) => dir
-            .canonicalize()
-            .ok()
-            .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
-            .unwrap_or_else(|| dir.display().to_string()),
-        (None, Some(name)) => name.clone(),
-        (None, None) => DEFAULT_BUILTIN.to_string(),
-    };
+    let tokenizer = open_tokenizer(resolved.as_ref(), gguf.as_ref())?;
+    let model_name = served_model_name(resolved.as_ref(), builtin.as_deref(), gguf.as_ref());
 
     let enable_chunked_prefill = !sched.no_enable_chunked_prefill;
     let max_model_len = sched
@@ -638,6 +582,86 @@ fn prepare(
         tokenizer: Arc::new(tokenizer),
         model_name,
     })
+}
+
+/// The built-in model to run: `--builtin`, or the default one (said in
+/// the log) when neither `--model` nor `--builtin` is given.
+fn builtin_name(model: &ModelArgs, sim: Option<&Simulation>) -> Option<String> {
+    match (&model.model, &model.builtin) {
+        (None, None) => {
+            eprintln!(
+                "sluice: no --model given: running the built-in {DEFAULT_BUILTIN:?} model \
+                 ({}, byte-level tokenizer)",
+                if sim.is_some() {
+                    "simulated"
+                } else {
+                    "dummy weights"
+                }
+            );
+            Some(DEFAULT_BUILTIN.to_string())
+        }
+        (None, Some(name)) => Some(name.clone()),
+        (Some(_), _) => None,
+    }
+}
+
+/// The model's tokenizer: the GGUF file's vocabulary (its sampling
+/// recommendations logged, not applied), the directory's
+/// `tokenizer.json`, or the built-in byte-level one.
+fn open_tokenizer(
+    resolved: Option<&crate::hub::ResolvedModel>,
+    gguf: Option<&GgufInfo>,
+) -> Result<Tokenizer> {
+    Ok(match (resolved, gguf) {
+        (Some(r), Some(gguf)) => {
+            for line in &gguf.sampling_defaults {
+                eprintln!(
+                    "sluice: the GGUF file recommends {line} (not applied: requests set their \
+                     own sampling)"
+                );
+            }
+            let tok = Tokenizer::from_gguf_vocab(&gguf.vocab)
+                .with_context(|| model_label(r))
+                .map_err(config_error)?;
+            for w in tok.warnings() {
+                eprintln!("sluice: tokenizer: {w}");
+            }
+            tok
+        }
+        (Some(r), None) => Tokenizer::from_dir(&r.path)
+            .with_context(|| model_label(r))
+            .map_err(config_error)?,
+        (None, _) => Tokenizer::builtin(),
+    })
+}
+
+/// The name clients pass as `model` (before `--served-model-name`).
+fn served_model_name(
+    resolved: Option<&crate::hub::ResolvedModel>,
+    builtin: Option<&str>,
+    gguf: Option<&GgufInfo>,
+) -> String {
+    match (resolved, builtin) {
+        // Clients see a hub model under its id, as vLLM does.
+        (
+            Some(crate::hub::ResolvedModel {
+                hub_id: Some(id), ..
+            }),
+            _,
+        ) => id.clone(),
+        // A GGUF file: its name without `.gguf` (and without a split
+        // suffix), e.g. `SmolLM2-135M-Instruct.Q4_1`.
+        (Some(_), _) if gguf.is_some() => {
+            gguf.map(|g| gguf_model_name(&g.path)).unwrap_or_default()
+        }
+        (Some(crate::hub::ResolvedModel { path: dir, .. }), _) => dir
+            .canonicalize()
+            .ok()
+            .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_else(|| dir.display().to_string()),
+        (None, Some(name)) => name.to_string(),
+        (None, None) => DEFAULT_BUILTIN.to_string(),
+    }
 }
 
 #[cfg(test)]

@@ -172,6 +172,17 @@ pub struct ServeArgs {
     /// vLLM deployment's environment carries over.
     #[arg(long, env = "VLLM_SERVER_DEV_MODE")]
     enable_dev_endpoints: bool,
+
+    /// Log one line per request on stderr as it arrives: its id, client
+    /// key, prompt tokens, max tokens and sampling parameters in brief.
+    #[arg(long)]
+    enable_log_requests: bool,
+    /// The request header whose value is the request's client key (before
+    /// the body's `user` field, then a label of the API key). The default
+    /// is the header the Gateway API Inference Extension's flow control
+    /// sets.
+    #[arg(long, value_name = "NAME", default_value = sluice_server::client::DEFAULT_CLIENT_ID_HEADER)]
+    client_id_header: String,
 }
 
 /// A JSON list of strings (`'["a", "b"]'`, as vLLM takes these flags) or a
@@ -259,8 +270,66 @@ fn simulation(args: &ServeArgs) -> Result<Option<Simulation>> {
     }
 }
 
+/// The non-empty API keys of `--api-key` / `VLLM_API_KEY`.
+fn api_keys(args: &ServeArgs) -> Vec<String> {
+    args.api_keys
+        .iter()
+        .filter(|k| !k.is_empty())
+        .cloned()
+        .collect()
+}
+
+/// The HTTP server's settings from the flags, once the listener is bound.
+fn server_config(
+    args: &ServeArgs,
+    local: SocketAddr,
+    model_name: String,
+    max_model_len: usize,
+    cors: Cors,
+    tls: Option<TlsFiles>,
+) -> Result<ServerConfig> {
+    let secs = Duration::from_secs_f64;
+    let mut config = ServerConfig::new(local, model_name, max_model_len);
+    config.client_id_header =
+        sluice_server::client::header_name(&args.client_id_header).map_err(config_error)?;
+    config.log_requests = args.enable_log_requests;
+    config.shutdown_grace = Duration::from_secs(args.shutdown_grace_secs);
+    config.dev_endpoints = args.enable_dev_endpoints;
+    config.timeouts = Timeouts {
+        keep_alive: secs(args.timeout_keep_alive),
+        header_read: secs(args.timeout_header_read),
+        body_read: secs(args.timeout_body_read),
+        write_stall: secs(args.timeout_write_stall),
+    };
+    config.max_request_body_bytes = args.max_request_body_bytes;
+    config.max_sequences_per_request = args.max_sequences_per_request;
+    config.auto_tool_parser = match (&args.tool_call_parser, args.enable_auto_tool_choice) {
+        (Some(name), true) => Some(
+            name.parse::<sluice_server::tools::ToolParserKind>()
+                .map_err(|e| bad_config(format!("--tool-call-parser: {e}")))?,
+        ),
+        (None, true) => {
+            return Err(bad_config(
+                "--enable-auto-tool-choice requires --tool-call-parser",
+            ))
+        }
+        (Some(name), false) => {
+            // Checked even when unused, so a typo is found at start.
+            name.parse::<sluice_server::tools::ToolParserKind>()
+                .map_err(|e| bad_config(format!("--tool-call-parser: {e}")))?;
+            None
+        }
+        (None, false) => None,
+    };
+    config.api_keys = api_keys(args);
+    config.cors = cors;
+    config.tls = tls;
+    Ok(config)
+}
+
 fn serve_blocking(args: ServeArgs) -> Result<()> {
     // Checked before the model loads: a typo should not cost a load.
+    sluice_server::client::header_name(&args.client_id_header).map_err(config_error)?;
     let kv_events = args
         .kv_events_config
         .as_deref()
@@ -350,13 +419,7 @@ fn serve_blocking(args: ServeArgs) -> Result<()> {
             .await
             .with_context(|| format!("--host/--port: cannot listen on {addr}"))?;
         let local = listener.local_addr().unwrap_or(addr);
-        let keys: Vec<String> = args
-            .api_keys
-            .iter()
-            .filter(|k| !k.is_empty())
-            .cloned()
-            .collect();
-        if keys.is_empty() && !local.ip().is_loopback() {
+        if api_keys(&args).is_empty() && !local.ip().is_loopback() {
             eprintln!(
                 "sluice: warning: listening on {} without an API key: anyone who can reach this \
                  address can use the model (set --api-key or VLLM_API_KEY, or --host 127.0.0.1)",
@@ -369,39 +432,7 @@ fn serve_blocking(args: ServeArgs) -> Result<()> {
              pid {})",
             std::process::id()
         );
-        let secs = Duration::from_secs_f64;
-        let mut config = ServerConfig::new(local, model_name, max_model_len);
-        config.shutdown_grace = Duration::from_secs(args.shutdown_grace_secs);
-        config.dev_endpoints = args.enable_dev_endpoints;
-        config.timeouts = Timeouts {
-            keep_alive: secs(args.timeout_keep_alive),
-            header_read: secs(args.timeout_header_read),
-            body_read: secs(args.timeout_body_read),
-            write_stall: secs(args.timeout_write_stall),
-        };
-        config.max_request_body_bytes = args.max_request_body_bytes;
-        config.max_sequences_per_request = args.max_sequences_per_request;
-        config.auto_tool_parser = match (&args.tool_call_parser, args.enable_auto_tool_choice) {
-            (Some(name), true) => Some(
-                name.parse::<sluice_server::tools::ToolParserKind>()
-                    .map_err(|e| bad_config(format!("--tool-call-parser: {e}")))?,
-            ),
-            (None, true) => {
-                return Err(bad_config(
-                    "--enable-auto-tool-choice requires --tool-call-parser",
-                ))
-            }
-            (Some(name), false) => {
-                // Checked even when unused, so a typo is found at start.
-                name.parse::<sluice_server::tools::ToolParserKind>()
-                    .map_err(|e| bad_config(format!("--tool-call-parser: {e}")))?;
-                None
-            }
-            (None, false) => None,
-        };
-        config.api_keys = keys;
-        config.cors = cors;
-        config.tls = tls;
+        let config = server_config(&args, local, model_name, max_model_len, cors, tls)?;
         let grace = args.shutdown_grace_secs;
         let result = serve(engine, config, listener, async move {
             stop.await;

@@ -27,6 +27,9 @@ pub struct GenerateRequest {
     /// (compiled off the engine thread; the request waits in the
     /// scheduler's grammar state meanwhile).
     pub structured: Option<sluice_structured::Constraint>,
+    /// Who sent the request (a server's client key: a gateway header, the
+    /// OpenAI `user`, or a label of the API key). Carried, not yet acted on.
+    pub client_key: Option<String>,
 }
 
 impl GenerateRequest {
@@ -38,6 +41,7 @@ impl GenerateRequest {
             priority: 0,
             cache_salt: None,
             structured: None,
+            client_key: None,
         }
     }
 

@@ -212,18 +212,58 @@ fn align_up(pos: usize, alignment: u32) -> Option<usize> {
     pos.checked_add(a - 1).map(|p| p / a * a)
 }
 
-/// Parses one GGUF file held in `buf`; `file` names it in errors.
-pub(crate) fn parse(file: &str, buf: &[u8]) -> Result<ParsedPart, GgufError> {
-    let unsupported = |problem: String| GgufError::Unsupported {
+/// A file that is not a GGUF this reader takes (magic, version).
+fn unsupported(file: &str, problem: String) -> GgufError {
+    GgufError::Unsupported {
         file: file.to_string(),
         problem,
-    };
-    let malformed = |context: &str, problem: String| GgufError::Malformed {
+    }
+}
+
+/// A GGUF file whose bytes break the format at `context`.
+fn malformed(file: &str, context: &str, problem: String) -> GgufError {
+    GgufError::Malformed {
         file: file.to_string(),
         context: context.to_string(),
         problem,
-    };
+    }
+}
 
+/// Parses one GGUF file held in `buf`; `file` names it in errors.
+pub(crate) fn parse(file: &str, buf: &[u8]) -> Result<ParsedPart, GgufError> {
+    check_magic(file, buf)?;
+    let mut c = Cursor { buf, pos: 4 };
+    let (version, n_kv, n_tensors) = header(file, &mut c)?;
+    let metadata = read_metadata(file, &mut c, n_kv)?;
+    let alignment = alignment(file, &metadata)?;
+    let mut tensors = read_tensor_infos(file, &mut c, n_tensors, alignment)?;
+    // The data section starts at the next multiple of the alignment.
+    let data_offset = align_up(c.pos, alignment).unwrap_or(usize::MAX);
+    if !tensors.is_empty() && data_offset > buf.len() {
+        return Err(malformed(
+            file,
+            "tensor data",
+            format!(
+                "the data section would start at byte {data_offset}, past the end of the file ({} bytes)",
+                buf.len()
+            ),
+        ));
+    }
+    place_tensors(file, buf, data_offset, &mut tensors)?;
+    check_overlaps(file, &tensors)?;
+    Ok(ParsedPart {
+        version,
+        metadata,
+        alignment,
+        data_offset,
+        tensors,
+    })
+}
+
+/// The magic, and a buffer long enough for the header.
+fn check_magic(file: &str, buf: &[u8]) -> Result<(), GgufError> {
+    let unsupported = |problem: String| unsupported(file, problem);
+    let malformed = |context: &str, problem: String| malformed(file, context, problem);
     match buf.get(..4) {
         Some(m) if m == GGUF_MAGIC => {}
         Some(m) => {
@@ -247,8 +287,14 @@ pub(crate) fn parse(file: &str, buf: &[u8]) -> Result<ParsedPart, GgufError> {
             ),
         ));
     }
-    let mut c = Cursor { buf, pos: 4 };
-    let header = |e: String| malformed("header", e);
+    Ok(())
+}
+
+/// The version and the two counts, each count bounded by the bytes its
+/// section needs at least: `(version, metadata pairs, tensor infos)`.
+fn header(file: &str, c: &mut Cursor<'_>) -> Result<(u32, usize, usize), GgufError> {
+    let unsupported = |problem: String| unsupported(file, problem);
+    let header = |e: String| malformed(file, "header", e);
 
     let version = c.u32("version").map_err(header)?;
     match version {
@@ -297,10 +343,15 @@ pub(crate) fn parse(file: &str, buf: &[u8]) -> Result<ParsedPart, GgufError> {
         )));
     }
 
-    // Metadata.
-    let mut entries: Vec<(String, Value)> = Vec::with_capacity(n_kv_usize);
-    let mut index: HashMap<String, usize> = HashMap::with_capacity(n_kv_usize);
-    for i in 0..n_kv_usize {
+    Ok((version, n_kv_usize, n_tensors_usize))
+}
+
+/// The `n_kv` metadata pairs: keys non-empty and unique.
+fn read_metadata(file: &str, c: &mut Cursor<'_>, n_kv: usize) -> Result<Metadata, GgufError> {
+    let malformed = |context: &str, problem: String| malformed(file, context, problem);
+    let mut entries: Vec<(String, Value)> = Vec::with_capacity(n_kv);
+    let mut index: HashMap<String, usize> = HashMap::with_capacity(n_kv);
+    for i in 0..n_kv {
         let unread = || match entries.last() {
             Some((prev, _)) => format!("metadata key {i} (after \"{prev}\")"),
             None => format!("metadata key {i}"),
@@ -323,9 +374,13 @@ pub(crate) fn parse(file: &str, buf: &[u8]) -> Result<ParsedPart, GgufError> {
         index.insert(key.clone(), i);
         entries.push((key, value));
     }
-    let metadata = Metadata::new(file.to_string(), entries, index);
+    Ok(Metadata::new(file.to_string(), entries, index))
+}
 
-    let alignment = match metadata.get(KEY_ALIGNMENT) {
+/// `general.alignment`: a power of two, `DEFAULT_ALIGNMENT` when absent.
+fn alignment(file: &str, metadata: &Metadata) -> Result<u32, GgufError> {
+    let malformed = |context: &str, problem: String| malformed(file, context, problem);
+    Ok(match metadata.get(KEY_ALIGNMENT) {
         None => DEFAULT_ALIGNMENT,
         Some(v) => {
             let context = format!("metadata key \"{KEY_ALIGNMENT}\"");
@@ -350,11 +405,20 @@ pub(crate) fn parse(file: &str, buf: &[u8]) -> Result<ParsedPart, GgufError> {
                 }
             }
         }
-    };
+    })
+}
 
-    // Tensor infos.
-    let mut tensors: Vec<RawTensor> = Vec::with_capacity(n_tensors_usize);
-    for i in 0..n_tensors_usize {
+/// The `n_tensors` tensor infos: known types, shapes that fit, offsets
+/// aligned. Their byte ranges are relative until `place_tensors`.
+fn read_tensor_infos(
+    file: &str,
+    c: &mut Cursor<'_>,
+    n_tensors: usize,
+    alignment: u32,
+) -> Result<Vec<RawTensor>, GgufError> {
+    let malformed = |context: &str, problem: String| malformed(file, context, problem);
+    let mut tensors: Vec<RawTensor> = Vec::with_capacity(n_tensors);
+    for i in 0..n_tensors {
         let unread = || match tensors.last() {
             Some(prev) => format!("tensor info {i} (after \"{}\")", prev.name),
             None => format!("tensor info {i}"),
@@ -417,18 +481,18 @@ pub(crate) fn parse(file: &str, buf: &[u8]) -> Result<ParsedPart, GgufError> {
         });
     }
 
-    // The data section starts at the next multiple of the alignment.
-    let data_offset = align_up(c.pos, alignment).unwrap_or(usize::MAX);
-    if !tensors.is_empty() && data_offset > buf.len() {
-        return Err(malformed(
-            "tensor data",
-            format!(
-                "the data section would start at byte {data_offset}, past the end of the file ({} bytes)",
-                buf.len()
-            ),
-        ));
-    }
-    for t in &mut tensors {
+    Ok(tensors)
+}
+
+/// Turns each tensor's offset into its absolute byte range, inside `buf`.
+fn place_tensors(
+    file: &str,
+    buf: &[u8],
+    data_offset: usize,
+    tensors: &mut [RawTensor],
+) -> Result<(), GgufError> {
+    let malformed = |context: &str, problem: String| malformed(file, context, problem);
+    for t in tensors.iter_mut() {
         let n_bytes = t.end;
         let range = usize::try_from(t.offset)
             .ok()
@@ -452,6 +516,12 @@ pub(crate) fn parse(file: &str, buf: &[u8]) -> Result<ParsedPart, GgufError> {
             }
         }
     }
+    Ok(())
+}
+
+/// No two tensors may share bytes.
+fn check_overlaps(file: &str, tensors: &[RawTensor]) -> Result<(), GgufError> {
+    let malformed = |context: &str, problem: String| malformed(file, context, problem);
     // No two tensors may share bytes: sort by start, then each must end
     // before the next begins. Empty tensors own no bytes.
     let mut order: Vec<usize> = (0..tensors.len())
@@ -472,13 +542,7 @@ pub(crate) fn parse(file: &str, buf: &[u8]) -> Result<ParsedPart, GgufError> {
         }
     }
 
-    Ok(ParsedPart {
-        version,
-        metadata,
-        alignment,
-        data_offset,
-        tensors,
-    })
+    Ok(())
 }
 
 #[cfg(test)]

@@ -86,11 +86,21 @@ fn bearer(req: &Request) -> Option<&str> {
 }
 
 /// Middleware: refuses protected paths without a valid key.
-pub async fn require_api_key(State(keys): State<ApiKeys>, req: Request, next: Next) -> Response {
+/// An accepted request carries its key's client label
+/// (`client::ApiKeyClient`), the last resort of its client key.
+pub async fn require_api_key(
+    State(keys): State<ApiKeys>,
+    mut req: Request,
+    next: Next,
+) -> Response {
     if keys.is_empty() || req.method() == Method::OPTIONS || !is_protected(req.uri().path()) {
         return next.run(req).await;
     }
-    if bearer(&req).is_some_and(|k| keys.accepts(k)) {
+    if let Some(client) = bearer(&req)
+        .filter(|k| keys.accepts(k))
+        .map(crate::client::ApiKeyClient::of)
+    {
+        req.extensions_mut().insert(client);
         return next.run(req).await;
     }
     let mut resp = ApiError::unauthorized().into_response();

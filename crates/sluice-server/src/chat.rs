@@ -2,6 +2,7 @@
 //! template, then generated like a completion. `prepare` is the rendering
 //! and validation it shares with `POST /v1/chat/completions/render`.
 
+use crate::client::{client_key, ApiKeyClient};
 use crate::error::ApiError;
 use crate::logprobs;
 use crate::params::{self, DefaultMaxTokens, TokenFields};
@@ -18,7 +19,9 @@ use crate::tools::choice::{parse_forced, ForcedStream, ToolChoice, ToolConfig};
 use crate::tools::{self, StreamDelta, ToolCall, ToolParser, ToolParserKind};
 use axum::body::Bytes;
 use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use futures::StreamExt;
 use serde_json::{Map, Value};
 use sluice_engine::Usage;
@@ -284,6 +287,8 @@ pub(crate) async fn prepare(state: &AppState, body: &Bytes) -> Result<Prepared, 
 
 pub async fn chat_completions(
     State(state): State<AppState>,
+    headers: HeaderMap,
+    api_key: Option<Extension<ApiKeyClient>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let Prepared {
@@ -301,13 +306,20 @@ pub async fn chat_completions(
     let tok = state.engine().tokenizer().clone();
     let id = state.new_id("chatcmpl");
     let n = sp.n;
+    let client_key = client_key(
+        &headers,
+        &state.inner.client_id_header,
+        req.user.as_deref(),
+        api_key.as_ref().map(|Extension(k)| k),
+    );
     let events = submit(
-        state.engine(),
+        &state,
         &id,
         vec![prompt],
         &sp,
         priority,
         structured.as_ref().map(|r| &r.constraint),
+        client_key,
     )?;
     if req.sampling.stream() {
         let include_usage = req.sampling.include_usage();

@@ -1,6 +1,7 @@
 //! `POST /v1/completions`, and the request preparation it shares with
 //! `POST /v1/completions/render` (`prepare`).
 
+use crate::client::{client_key, ApiKeyClient};
 use crate::error::ApiError;
 use crate::logprobs;
 use crate::params::{self, DefaultMaxTokens, TokenFields};
@@ -14,7 +15,9 @@ use crate::submit::{
 };
 use axum::body::Bytes;
 use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use futures::StreamExt;
 use sluice_engine::Usage;
 
@@ -104,7 +107,12 @@ pub async fn prepare(state: &AppState, body: &Bytes) -> Result<Prepared, ApiErro
     })
 }
 
-pub async fn completions(State(state): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+pub async fn completions(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    api_key: Option<Extension<ApiKeyClient>>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     let Prepared {
         req,
         prompts,
@@ -124,13 +132,20 @@ pub async fn completions(State(state): State<AppState>, body: Bytes) -> Result<R
     } else {
         Vec::new()
     };
+    let client_key = client_key(
+        &headers,
+        &state.inner.client_id_header,
+        req.user.as_deref(),
+        api_key.as_ref().map(|Extension(k)| k),
+    );
     let events = submit(
-        state.engine(),
+        &state,
         &id,
         prompts,
         &sp,
         priority,
         structured.as_ref().map(|r| &r.constraint),
+        client_key,
     )?;
     if req.sampling.stream() {
         let include_usage = req.sampling.include_usage();

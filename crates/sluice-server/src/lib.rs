@@ -21,6 +21,7 @@
 pub mod access;
 pub mod body;
 pub mod chat;
+pub mod client;
 pub mod completions;
 pub mod conn;
 pub mod error;
@@ -83,6 +84,12 @@ pub struct ServerConfig {
     /// which vLLM mounts only with `VLLM_SERVER_DEV_MODE=1`: they let any
     /// client that reaches the server change its state.
     pub dev_endpoints: bool,
+    /// The header whose value is a request's client key
+    /// (`--client-id-header`; `client.rs` has the precedence).
+    pub client_id_header: axum::http::HeaderName,
+    /// `--enable-log-requests`: one line per request on stderr as it
+    /// arrives (id, client key, prompt and max tokens, sampling in brief).
+    pub log_requests: bool,
 }
 
 impl ServerConfig {
@@ -101,6 +108,8 @@ impl ServerConfig {
             max_sequences_per_request: DEFAULT_MAX_SEQUENCES_PER_REQUEST,
             auto_tool_parser: None,
             dev_endpoints: false,
+            client_id_header: axum::http::HeaderName::from_static(client::DEFAULT_CLIENT_ID_HEADER),
+            log_requests: false,
         }
     }
 }

@@ -57,49 +57,7 @@ pub fn build(
     prompt_len: usize,
     max_model_len: usize,
 ) -> Result<SamplingParams, ApiError> {
-    let (max_tokens, max_tokens_param, default_max_tokens) =
-        (t.max_tokens, t.max_tokens_param, t.default_max_tokens);
-    let (logprobs, logprobs_param, prompt_logprobs) =
-        (t.logprobs, t.logprobs_param, t.prompt_logprobs);
-    if prompt_len == 0 {
-        return Err(ApiError::invalid("prompt", "the prompt is empty"));
-    }
-    if prompt_len >= max_model_len {
-        return Err(ApiError::invalid(
-            "prompt",
-            format!(
-                "This model's maximum context length is {max_model_len} tokens. However, your \
-                 prompt has {prompt_len} tokens, which leaves no room for a completion."
-            ),
-        ));
-    }
-    let room = max_model_len - prompt_len;
-    let max_tokens = match max_tokens {
-        Some(m) if m < 1 => {
-            return Err(ApiError::invalid(
-                max_tokens_param,
-                format!("{max_tokens_param} must be at least 1, got {m}"),
-            ))
-        }
-        Some(m) => {
-            let m = usize::try_from(m).unwrap_or(usize::MAX);
-            if m > max_model_len {
-                return Err(ApiError::invalid(
-                    max_tokens_param,
-                    format!(
-                        "{max_tokens_param}={m} cannot be greater than max_model_len={max_model_len}. \
-                         Please request fewer output tokens."
-                    ),
-                ));
-            }
-            // vLLM clamps to the room the prompt leaves rather than refuse.
-            m.min(room)
-        }
-        None => match default_max_tokens {
-            DefaultMaxTokens::Fixed(d) => d.min(room),
-            DefaultMaxTokens::RestOfContext => room,
-        },
-    };
+    let max_tokens = max_tokens(t, prompt_len, max_model_len)?;
 
     let n = f.n.unwrap_or(1);
     if !(1..=128).contains(&n) {
@@ -174,56 +132,9 @@ pub fn build(
             format!("min_tokens must be in [0, max_tokens = {max_tokens}], got {min_tokens}"),
         ));
     }
-    let logprobs = match logprobs {
-        None => None,
-        Some(k) if !(0..=MAX_LOGPROBS).contains(&k) => {
-            return Err(ApiError::invalid(
-                logprobs_param,
-                format!("{logprobs_param} must be between 0 and {MAX_LOGPROBS}, got {k}"),
-            ))
-        }
-        Some(k) => Some(k as usize),
-    };
-    let prompt_logprobs = match prompt_logprobs {
-        None => None,
-        Some(k) if !(0..=MAX_LOGPROBS).contains(&k) => {
-            return Err(ApiError::invalid(
-                "prompt_logprobs",
-                format!("prompt_logprobs must be between 0 and {MAX_LOGPROBS}, got {k}"),
-            ))
-        }
-        Some(k) => Some(k as usize),
-    };
-    let mut logit_bias = Vec::new();
-    if let Some(map) = &f.logit_bias {
-        for (k, &v) in map {
-            let Ok(id) = k.parse::<u32>() else {
-                return Err(ApiError::invalid(
-                    "logit_bias",
-                    format!("key {k:?} is not a token id"),
-                ));
-            };
-            // Clamped, as vLLM (and OpenAI's documented range) does.
-            logit_bias.push((id, v.clamp(-100.0, 100.0) as f32));
-        }
-        logit_bias.sort_by_key(|&(id, _)| id);
-    }
-    if f.stream_options.is_some() && !f.stream() {
-        return Err(ApiError::invalid(
-            "stream_options",
-            "stream_options can only be given with stream: true",
-        ));
-    }
-    if prompt_logprobs.is_some_and(|k| k > 0) && f.stream() {
-        return Err(ApiError::invalid(
-            "prompt_logprobs",
-            "prompt_logprobs are not available when stream is true",
-        ));
-    }
-    let stop = f.stop.clone().map(|s| s.into_vec()).unwrap_or_default();
-    if stop.iter().any(String::is_empty) {
-        return Err(ApiError::invalid("stop", "stop strings must not be empty"));
-    }
+    let (logprobs, prompt_logprobs) = logprobs(t)?;
+    let logit_bias = logit_bias(f)?;
+    let stop = stream_and_stop(f, prompt_logprobs)?;
 
     let params = SamplingParams {
         n: n as usize,
@@ -252,6 +163,128 @@ pub fn build(
         .validate()
         .map_err(|e| ApiError::invalid(e.field, e.to_string()))?;
     Ok(params)
+}
+
+/// The prompt's length against the context, then `max_tokens` (or its
+/// default) clamped to the room the prompt leaves.
+fn max_tokens(
+    t: &TokenFields<'_>,
+    prompt_len: usize,
+    max_model_len: usize,
+) -> Result<usize, ApiError> {
+    let (max_tokens, max_tokens_param, default_max_tokens) =
+        (t.max_tokens, t.max_tokens_param, t.default_max_tokens);
+    if prompt_len == 0 {
+        return Err(ApiError::invalid("prompt", "the prompt is empty"));
+    }
+    if prompt_len >= max_model_len {
+        return Err(ApiError::invalid(
+            "prompt",
+            format!(
+                "This model's maximum context length is {max_model_len} tokens. However, your \
+                 prompt has {prompt_len} tokens, which leaves no room for a completion."
+            ),
+        ));
+    }
+    let room = max_model_len - prompt_len;
+    Ok(match max_tokens {
+        Some(m) if m < 1 => {
+            return Err(ApiError::invalid(
+                max_tokens_param,
+                format!("{max_tokens_param} must be at least 1, got {m}"),
+            ))
+        }
+        Some(m) => {
+            let m = usize::try_from(m).unwrap_or(usize::MAX);
+            if m > max_model_len {
+                return Err(ApiError::invalid(
+                    max_tokens_param,
+                    format!(
+                        "{max_tokens_param}={m} cannot be greater than max_model_len={max_model_len}. \
+                         Please request fewer output tokens."
+                    ),
+                ));
+            }
+            // vLLM clamps to the room the prompt leaves rather than refuse.
+            m.min(room)
+        }
+        None => match default_max_tokens {
+            DefaultMaxTokens::Fixed(d) => d.min(room),
+            DefaultMaxTokens::RestOfContext => room,
+        },
+    })
+}
+
+/// `logprobs` (under the endpoint's name) and `prompt_logprobs`, each at
+/// most `MAX_LOGPROBS`.
+fn logprobs(t: &TokenFields<'_>) -> Result<(Option<usize>, Option<usize>), ApiError> {
+    let (logprobs, logprobs_param, prompt_logprobs) =
+        (t.logprobs, t.logprobs_param, t.prompt_logprobs);
+    let logprobs = match logprobs {
+        None => None,
+        Some(k) if !(0..=MAX_LOGPROBS).contains(&k) => {
+            return Err(ApiError::invalid(
+                logprobs_param,
+                format!("{logprobs_param} must be between 0 and {MAX_LOGPROBS}, got {k}"),
+            ))
+        }
+        Some(k) => Some(k as usize),
+    };
+    let prompt_logprobs = match prompt_logprobs {
+        None => None,
+        Some(k) if !(0..=MAX_LOGPROBS).contains(&k) => {
+            return Err(ApiError::invalid(
+                "prompt_logprobs",
+                format!("prompt_logprobs must be between 0 and {MAX_LOGPROBS}, got {k}"),
+            ))
+        }
+        Some(k) => Some(k as usize),
+    };
+    Ok((logprobs, prompt_logprobs))
+}
+
+/// `logit_bias`: token-id keys, biases clamped to [-100, 100], by id.
+fn logit_bias(f: &SamplingFields) -> Result<Vec<(u32, f32)>, ApiError> {
+    let mut logit_bias = Vec::new();
+    if let Some(map) = &f.logit_bias {
+        for (k, &v) in map {
+            let Ok(id) = k.parse::<u32>() else {
+                return Err(ApiError::invalid(
+                    "logit_bias",
+                    format!("key {k:?} is not a token id"),
+                ));
+            };
+            // Clamped, as vLLM (and OpenAI's documented range) does.
+            logit_bias.push((id, v.clamp(-100.0, 100.0) as f32));
+        }
+        logit_bias.sort_by_key(|&(id, _)| id);
+    }
+    Ok(logit_bias)
+}
+
+/// What streaming allows (`stream_options`, prompt logprobs), then the
+/// stop strings, none empty.
+fn stream_and_stop(
+    f: &SamplingFields,
+    prompt_logprobs: Option<usize>,
+) -> Result<Vec<String>, ApiError> {
+    if f.stream_options.is_some() && !f.stream() {
+        return Err(ApiError::invalid(
+            "stream_options",
+            "stream_options can only be given with stream: true",
+        ));
+    }
+    if prompt_logprobs.is_some_and(|k| k > 0) && f.stream() {
+        return Err(ApiError::invalid(
+            "prompt_logprobs",
+            "prompt_logprobs are not available when stream is true",
+        ));
+    }
+    let stop = f.stop.clone().map(|s| s.into_vec()).unwrap_or_default();
+    if stop.iter().any(String::is_empty) {
+        return Err(ApiError::invalid("stop", "stop strings must not be empty"));
+    }
+    Ok(stop)
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! The OpenAI wire format: request bodies as clients send them and the
 //! response / stream-chunk bodies they expect. Deserialisation accepts what
 //! the OpenAI and vLLM APIs accept (unknown fields are ignored, as OpenAI
-//! clients send extras such as `user`); validation lives in `params.rs`.
+//! clients send extras); validation lives in `params.rs`.
 
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -88,6 +88,8 @@ pub struct CompletionRequest {
     pub prompt_logprobs: Option<i64>,
     pub echo: Option<bool>,
     pub suffix: Option<String>,
+    /// OpenAI's end-user id: a client key when no header names one.
+    pub user: Option<String>,
     /// Parsed from the same body separately (`json::parse_request`): with
     /// `#[serde(flatten)]`, serde would lose the name of a field whose type
     /// is wrong.
@@ -129,6 +131,8 @@ pub struct ChatCompletionRequest {
     pub add_generation_prompt: Option<bool>,
     pub tools: Option<serde_json::Value>,
     pub response_format: Option<serde_json::Value>,
+    /// OpenAI's end-user id: a client key when no header names one.
+    pub user: Option<String>,
     /// Parsed from the same body separately (`json::parse_request`): with
     /// `#[serde(flatten)]`, serde would lose the name of a field whose type
     /// is wrong.

@@ -22,6 +22,10 @@ pub struct Inner {
     pub auto_tool_parser: Option<crate::tools::ToolParserKind>,
     /// Unix time the server started (the model card's `created`).
     pub started: u64,
+    /// The header a client key is read from first (`client.rs`).
+    pub client_id_header: axum::http::HeaderName,
+    /// Log each request as it arrives (`--enable-log-requests`).
+    pub log_requests: bool,
     next_id: AtomicU64,
 }
 
@@ -41,6 +45,8 @@ impl AppState {
                 max_sequences_per_request: config.max_sequences_per_request,
                 auto_tool_parser: config.auto_tool_parser,
                 started: unix_now(),
+                client_id_header: config.client_id_header.clone(),
+                log_requests: config.log_requests,
                 next_id: AtomicU64::new(0),
             }),
         }

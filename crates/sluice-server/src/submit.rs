@@ -76,19 +76,27 @@ pub fn engine_requests(
         .collect()
 }
 
-/// Submits every prompt with the same parameters; fails (and aborts the ones
-/// already submitted) if any is refused.
+/// Submits every prompt with the same parameters, each carrying the
+/// request's client key; fails (and aborts the ones already submitted) if
+/// any is refused. With `--enable-log-requests`, each is logged as it
+/// arrives, before the engine accepts or refuses it.
 pub fn submit(
-    engine: &Engine,
+    state: &AppState,
     id: &str,
     prompts: Vec<Vec<u32>>,
     params: &SamplingParams,
     priority: i64,
     constraint: Option<&Constraint>,
+    client_key: Option<String>,
 ) -> Result<BoxStream<'static, Event>, ApiError> {
+    let engine: &Engine = state.engine();
     let requests = engine_requests(id, prompts, params, priority, constraint);
     let mut streams = Vec::with_capacity(requests.len());
-    for (p, req) in requests.into_iter().enumerate() {
+    for (p, mut req) in requests.into_iter().enumerate() {
+        req.client_key.clone_from(&client_key);
+        if state.inner.log_requests {
+            eprintln!("{}", request_log_line(&req));
+        }
         let s = engine.generate(req).map_err(engine_error)?;
         let events = stream::unfold(Some(s), move |state| async move {
             let mut s = state?;
@@ -103,6 +111,36 @@ pub fn submit(
         streams.push(events.boxed());
     }
     Ok(stream::select_all(streams).boxed())
+}
+
+/// The request log's line for one engine request (vLLM's "Received
+/// request" line, in brief): id, client key (`-` for none), prompt and
+/// max tokens, then the sampling fields that most change what runs.
+pub fn request_log_line(req: &GenerateRequest) -> String {
+    let sp = &req.sampling_params;
+    let seed = sp
+        .seed
+        .map_or_else(|| "none".to_string(), |s| s.to_string());
+    format!(
+        "sluice: request {id}: client_key={client} prompt_tokens={prompt} max_tokens={max} \
+         n={n} temperature={t} top_p={top_p} top_k={top_k} seed={seed} stop={stops} \
+         priority={priority} structured={structured}",
+        id = req.request_id.as_deref().unwrap_or("-"),
+        // Quoted: a client-chosen `user` could hold a newline.
+        client = req
+            .client_key
+            .as_ref()
+            .map_or_else(|| "-".to_string(), |k| format!("{k:?}")),
+        prompt = req.prompt_token_ids.len(),
+        max = sp.max_tokens,
+        n = sp.n,
+        t = sp.temperature,
+        top_p = sp.top_p,
+        top_k = sp.top_k,
+        stops = sp.stop.len() + sp.stop_token_ids.len(),
+        priority = req.priority,
+        structured = req.structured.is_some(),
+    )
 }
 
 /// Adds one prompt's usage into the response total.

@@ -162,78 +162,21 @@ async fn bench(cfg: Config) -> Result<bool> {
         .map(|c| Arc::new(tokio::sync::Semaphore::new(c)));
 
     if cfg.num_warmups > 0 {
-        eprintln!("Warming up with {} requests...", cfg.num_warmups);
-        let warm = RequestInput {
-            hang_up: false,
-            ..inputs[0].clone()
-        };
-        let tasks: Vec<_> = (0..cfg.num_warmups)
-            .map(|_| {
-                let (client, req_cfg, warm, sem) = (
-                    client.clone(),
-                    req_cfg.clone(),
-                    warm.clone(),
-                    semaphore.clone(),
-                );
-                tokio::spawn(async move {
-                    let _permit = match &sem {
-                        Some(s) => s.clone().acquire_owned().await.ok(),
-                        None => None,
-                    };
-                    request::send(&client, &req_cfg, &warm, origin).await
-                })
-            })
-            .collect();
-        for t in tasks {
-            t.await.context("a warm-up task panicked")?;
-        }
-        eprintln!("Warmup run completed.");
+        warm_up(
+            &cfg,
+            &client,
+            &req_cfg,
+            &inputs[0],
+            semaphore.as_ref(),
+            origin,
+        )
+        .await?;
     }
 
-    eprintln!("Starting main benchmark run...");
-    let distribution = if cfg.burstiness == 1.0 {
-        "Poisson process"
-    } else {
-        "Gamma distribution"
-    };
-    eprintln!(
-        "Traffic request rate: {}",
-        report::py_float(cfg.request_rate)
-    );
-    eprintln!(
-        "Burstiness factor: {} ({distribution})",
-        report::py_float(cfg.burstiness)
-    );
-    eprintln!(
-        "Maximum request concurrency: {}",
-        cfg.max_concurrency
-            .map_or("None".to_string(), |c| c.to_string())
-    );
+    print_traffic(&cfg);
 
-    let send_times = arrivals::send_times(inputs.len(), cfg.request_rate, cfg.burstiness, cfg.seed);
-    let bench_start = tokio::time::Instant::now();
-    let mut tasks = Vec::with_capacity(inputs.len());
-    for (input, at) in inputs.into_iter().zip(send_times) {
-        if at > 0.0 {
-            tokio::time::sleep_until(bench_start + Duration::from_secs_f64(at)).await;
-        }
-        let (client, req_cfg, sem) = (client.clone(), req_cfg.clone(), semaphore.clone());
-        let arrival = origin.elapsed().as_secs_f64();
-        tasks.push(tokio::spawn(async move {
-            let _permit = match &sem {
-                Some(s) => s.clone().acquire_owned().await.ok(),
-                None => None,
-            };
-            let mut out = request::send(&client, &req_cfg, &input, origin).await;
-            out.client_queue_time = out.start_time - arrival;
-            out
-        }));
-    }
-    let mut outputs: Vec<RequestOutput> = Vec::with_capacity(tasks.len());
-    for t in tasks {
-        outputs.push(t.await.context("a request task panicked")?);
-    }
-    let duration = bench_start.elapsed().as_secs_f64();
+    let (outputs, duration) =
+        send_all(&cfg, &client, &req_cfg, inputs, semaphore.as_ref(), origin).await?;
 
     let mut extras = report::Extras {
         overloaded: outputs
@@ -283,20 +226,7 @@ async fn bench(cfg: Config) -> Result<bool> {
     let full = report::result_json(&run);
     let brief = report::strip_detailed(full.clone());
     if cfg.save_result {
-        let path = report::result_path(&cfg, &model_id, &run.date);
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("--result-dir: cannot create {}", dir.display()))?;
-        }
-        let saved = if cfg.save_detailed {
-            full
-        } else {
-            brief.clone()
-        };
-        let text = serde_json::to_string(&saved).context("cannot serialize the result")?;
-        std::fs::write(&path, text)
-            .with_context(|| format!("cannot write the result file {}", path.display()))?;
-        eprintln!("Saved the result to {}", path.display());
+        save_result(&cfg, &model_id, &run.date, full, &brief)?;
     }
     println!("{}", serde_json::Value::Object(brief));
 
@@ -309,4 +239,132 @@ async fn bench(cfg: Config) -> Result<bool> {
         eprintln!("sluice bench: the server did not drain within 30 s (--check-kv-drain)");
     }
     Ok(hard_failures == 0 && drained)
+}
+
+type Semaphore = Arc<tokio::sync::Semaphore>;
+
+/// `--num-warmups` copies of the first request, under the same
+/// concurrency limit, before the measured run.
+async fn warm_up(
+    cfg: &Config,
+    client: &reqwest::Client,
+    req_cfg: &Arc<RequestConfig>,
+    first: &RequestInput,
+    semaphore: Option<&Semaphore>,
+    origin: Instant,
+) -> Result<()> {
+    eprintln!("Warming up with {} requests...", cfg.num_warmups);
+    let warm = RequestInput {
+        hang_up: false,
+        ..first.clone()
+    };
+    let tasks: Vec<_> = (0..cfg.num_warmups)
+        .map(|_| {
+            let (client, req_cfg, warm, sem) = (
+                client.clone(),
+                req_cfg.clone(),
+                warm.clone(),
+                semaphore.cloned(),
+            );
+            tokio::spawn(async move {
+                let _permit = match &sem {
+                    Some(s) => s.clone().acquire_owned().await.ok(),
+                    None => None,
+                };
+                request::send(&client, &req_cfg, &warm, origin).await
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.context("a warm-up task panicked")?;
+    }
+    eprintln!("Warmup run completed.");
+    Ok(())
+}
+
+/// vLLM's lines announcing the measured run's traffic.
+fn print_traffic(cfg: &Config) {
+    eprintln!("Starting main benchmark run...");
+    let distribution = if cfg.burstiness == 1.0 {
+        "Poisson process"
+    } else {
+        "Gamma distribution"
+    };
+    eprintln!(
+        "Traffic request rate: {}",
+        report::py_float(cfg.request_rate)
+    );
+    eprintln!(
+        "Burstiness factor: {} ({distribution})",
+        report::py_float(cfg.burstiness)
+    );
+    eprintln!(
+        "Maximum request concurrency: {}",
+        cfg.max_concurrency
+            .map_or("None".to_string(), |c| c.to_string())
+    );
+}
+
+/// Sends every request at its send time (each waits for a concurrency
+/// permit first); returns the outputs in input order and the run's
+/// duration in seconds.
+async fn send_all(
+    cfg: &Config,
+    client: &reqwest::Client,
+    req_cfg: &Arc<RequestConfig>,
+    inputs: Vec<RequestInput>,
+    semaphore: Option<&Semaphore>,
+    origin: Instant,
+) -> Result<(Vec<RequestOutput>, f64)> {
+    let send_times = arrivals::send_times(inputs.len(), cfg.request_rate, cfg.burstiness, cfg.seed);
+    let bench_start = tokio::time::Instant::now();
+    let mut tasks = Vec::with_capacity(inputs.len());
+    for (input, at) in inputs.into_iter().zip(send_times) {
+        if at > 0.0 {
+            tokio::time::sleep_until(bench_start + Duration::from_secs_f64(at)).await;
+        }
+        let (client, req_cfg, sem) = (client.clone(), req_cfg.clone(), semaphore.cloned());
+        let arrival = origin.elapsed().as_secs_f64();
+        tasks.push(tokio::spawn(async move {
+            let _permit = match &sem {
+                Some(s) => s.clone().acquire_owned().await.ok(),
+                None => None,
+            };
+            let mut out = request::send(&client, &req_cfg, &input, origin).await;
+            out.client_queue_time = out.start_time - arrival;
+            out
+        }));
+    }
+    let mut outputs: Vec<RequestOutput> = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        outputs.push(t.await.context("a request task panicked")?);
+    }
+    let duration = bench_start.elapsed().as_secs_f64();
+    Ok((outputs, duration))
+}
+
+/// `--save-result`: the full JSON with `--save-detailed`, else the brief
+/// one, under `--result-dir`.
+fn save_result(
+    cfg: &Config,
+    model_id: &str,
+    date: &str,
+    full: serde_json::Map<String, serde_json::Value>,
+    brief: &serde_json::Map<String, serde_json::Value>,
+) -> Result<()> {
+    let path = report::result_path(cfg, model_id, date);
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("--result-dir: cannot create {}", dir.display()))?;
+    }
+    let saved = if cfg.save_detailed {
+        full
+    } else {
+        brief.clone()
+    };
+    let text = serde_json::to_string(&saved).context("cannot serialize the result")?;
+    std::fs::write(&path, text)
+        .with_context(|| format!("cannot write the result file {}", path.display()))?;
+    eprintln!("Saved the result to {}", path.display());
+    Ok(())
 }
