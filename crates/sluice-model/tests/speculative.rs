@@ -71,13 +71,21 @@ struct Outcome {
     finish: Option<FinishReason>,
 }
 
+/// How a run went.
+struct Run {
+    outcomes: HashMap<String, Outcome>,
+    steps: usize,
+    /// Drafts the scheduler scheduled, over all steps.
+    drafts_scheduled: usize,
+}
+
 /// Runs `reqs` to completion through the scheduler and `exec`, the way the
-/// engine does; returns each request's outcome and the number of steps.
-fn run(
+/// engine does.
+fn run_all(
     mut exec: ModelExecutor,
     config: SchedulerConfig,
     reqs: &[(String, Vec<u32>, SamplingParams)],
-) -> (HashMap<String, Outcome>, usize) {
+) -> Run {
     let mut sched = Scheduler::new(config).expect("scheduler");
     let mut results: HashMap<String, Outcome> = HashMap::new();
     for (id, prompt, params) in reqs {
@@ -87,8 +95,14 @@ fn run(
         results.insert(id.clone(), Outcome::default());
     }
     let mut steps = 0;
+    let mut drafts_scheduled = 0;
     loop {
         let so = sched.schedule();
+        drafts_scheduled += so
+            .scheduled_spec_decode_tokens
+            .iter()
+            .map(|(_, d)| d.len())
+            .sum::<usize>();
         let out = exec.execute(&so).expect("execute");
         for u in sched.update_from_output(&so, &out) {
             let r = results.get_mut(&*u.req_id).expect("known request");
@@ -115,7 +129,21 @@ fn run(
     // One more step hands the last finished ids to the runner.
     exec.execute(&sched.schedule()).expect("final execute");
     assert_eq!(exec.runner().num_requests(), 0, "finished requests dropped");
-    (results, steps)
+    Run {
+        outcomes: results,
+        steps,
+        drafts_scheduled,
+    }
+}
+
+/// [`run_all`]'s outcomes and step count.
+fn run(
+    exec: ModelExecutor,
+    config: SchedulerConfig,
+    reqs: &[(String, Vec<u32>, SamplingParams)],
+) -> (HashMap<String, Outcome>, usize) {
+    let r = run_all(exec, config, reqs);
+    (r.outcomes, r.steps)
 }
 
 fn executor(f: &Fixture, config: &SchedulerConfig) -> ModelExecutor {
@@ -249,8 +277,12 @@ fn chunked_prefill_with_a_tight_budget() {
         };
         for script in [Script::Right, Script::Mixed] {
             let exec = executor(&f, &config).with_drafter(scripted(&f, &plain, script), K);
-            let (got, _) = run(exec, spec_config(config.clone()), &reqs);
-            assert_same(&got, &plain, &format!("budget {budget} {script:?}"));
+            let r = run_all(exec, spec_config(config.clone()), &reqs);
+            assert!(
+                r.drafts_scheduled > 0,
+                "budget {budget}: drafts were verified"
+            );
+            assert_same(&r.outcomes, &plain, &format!("budget {budget} {script:?}"));
         }
     }
 }
@@ -308,11 +340,13 @@ fn ngram_drafter_keeps_the_reference_tokens() {
     let reqs = greedy_reqs(&f);
     let (plain, _) = run(executor(&f, &config), config.clone(), &reqs);
     let ngram = Box::new(NgramDrafter::new(1, 3).unwrap());
-    let (got, _) = run(
+    let r = run_all(
         executor(&f, &config).with_drafter(ngram, K),
         spec_config(config),
         &reqs,
     );
+    assert!(r.drafts_scheduled > 0, "the n-gram drafter found matches");
+    let got = r.outcomes;
     assert_same(&got, &plain, "ngram");
     for p in &f.prompts {
         assert_eq!(got[&p.name].tokens, p.greedy_token_ids, "{}", p.name);
