@@ -75,7 +75,8 @@ impl<B: ForwardBackend> ModelExecutor<B> {
 
     /// Speculative decoding: after each step, `drafter` proposes up to `k`
     /// tokens per request that sampled (none for requests under structured
-    /// outputs), and the runner verifies them the step after. The
+    /// outputs; a proposal ends before any token outside the vocabulary),
+    /// and the runner verifies them the step after. The
     /// scheduler needs `num_lookahead_tokens >= k` so the drafts have KV
     /// slots.
     pub fn with_drafter(mut self, drafter: Box<dyn Drafter>, k: usize) -> Self {
@@ -123,6 +124,7 @@ impl<B: ForwardBackend> Executor for ModelExecutor<B> {
 
     fn take_draft_token_ids(&mut self) -> Option<DraftTokenIds> {
         let d = self.drafting.as_mut()?;
+        let vocab = self.runner.vocab_size();
         let mut all = DraftTokenIds::new();
         for id in d.sampled.drain(..) {
             let Some(view) = self.runner.draft_view(&id) else {
@@ -130,7 +132,14 @@ impl<B: ForwardBackend> Executor for ModelExecutor<B> {
             };
             let mut drafts = Vec::new();
             d.drafter.propose(&view, d.k, &mut drafts);
-            drafts.truncate(d.k);
+            // A token outside the vocabulary would fail the whole step's
+            // forward pass; drafts are only a guess, so they end before it.
+            let valid = drafts
+                .iter()
+                .take(d.k)
+                .take_while(|&&t| (t as usize) < vocab)
+                .count();
+            drafts.truncate(valid);
             if !drafts.is_empty() {
                 all.push((id.clone(), drafts));
             }

@@ -30,6 +30,9 @@ enum Script {
     /// The i-th proposal is right up to position `i % (K + 1)` and wrong
     /// there (all right when that is K): every acceptance count occurs.
     Mixed,
+    /// The expected tokens, but the second one replaced by a token id
+    /// outside the vocabulary.
+    OutOfVocab,
 }
 
 /// Proposes each request's expected outputs (from a run without drafts),
@@ -52,6 +55,10 @@ impl Drafter for Scripted {
                 Script::Right => false,
                 Script::Wrong => true,
                 Script::Mixed => j == self.proposals % (k + 1),
+                Script::OutOfVocab => {
+                    drafts.push(if j == 1 { self.vocab + 5 } else { right });
+                    continue;
+                }
             };
             drafts.push(if spoil {
                 (right + 1) % self.vocab
@@ -213,7 +220,9 @@ fn greedy_drafts_right_wrong_and_mixed() {
                 // 1 prefill step + 31 more tokens at K + 1 per step.
                 Script::Right => assert_eq!(steps, 1 + 31usize.div_ceil(K + 1), "{name}"),
                 Script::Wrong => assert_eq!(steps, plain_steps, "{name}"),
-                Script::Mixed => assert!(steps < plain_steps, "{name}: {steps}"),
+                Script::Mixed | Script::OutOfVocab => {
+                    assert!(steps < plain_steps, "{name}: {steps}")
+                }
             }
         }
     }
@@ -351,6 +360,22 @@ fn ngram_drafter_keeps_the_reference_tokens() {
     for p in &f.prompts {
         assert_eq!(got[&p.name].tokens, p.greedy_token_ids, "{}", p.name);
     }
+}
+
+/// A drafter's token outside the vocabulary ends its proposal there: the
+/// drafts before it are still verified, the step does not fail.
+#[test]
+fn drafts_outside_the_vocabulary_are_cut() {
+    let f = fixture("tiny-qwen2");
+    let config = scheduler_config(16, 128);
+    let reqs = greedy_reqs(&f);
+    let (plain, plain_steps) = run(executor(&f, &config), config.clone(), &reqs);
+    let exec = executor(&f, &config).with_drafter(scripted(&f, &plain, Script::OutOfVocab), K);
+    let r = run_all(exec, spec_config(config), &reqs);
+    assert_same(&r.outcomes, &plain, "out of vocabulary");
+    // One right draft per step: two tokens per step after the prefill.
+    assert_eq!(r.steps, 1 + 31usize.div_ceil(2));
+    assert!(r.steps < plain_steps);
 }
 
 /// Without a drafter nothing is proposed.
