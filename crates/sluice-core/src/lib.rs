@@ -36,8 +36,8 @@ pub use config::{SchedulerConfig, SchedulingPolicy};
 pub use error::FieldError;
 pub use executor::Executor;
 pub use output::{
-    CachedRequestData, DraftTokenIds, EngineCoreOutput, GrammarBitmask, ModelRunnerOutput,
-    NewRequestData, ReqHandle, SampleLogprobs, ScheduledRequest, SchedulerOutput, TokenLogprob,
+    CachedRequestData, DraftTokenIds, EngineCoreOutput, GrammarBitmask, ModelRunnerOutput, NewRequestData,
+    ReqHandle, SampleLogprobs, ScheduledRequest, SchedulerOutput, TokenLogprob,
 };
 pub use request::{
     BlockId, FinishReason, NewRequest, Request, RequestId, RequestStatus, StopReason, TokenId,
