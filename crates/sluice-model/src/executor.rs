@@ -6,12 +6,18 @@
 //! persistent batch and sampling, the backend the KV storage. It lives here
 //! rather than in sluice-engine so that the engine depends on the executor
 //! trait alone, not on this crate.
+//!
+//! With a [`Drafter`] ([`ModelExecutor::with_drafter`]) it also proposes,
+//! after each step, up to k drafts for every request that sampled, handed
+//! to the engine by `take_draft_token_ids`; without one (the default) it
+//! proposes nothing and behaves as if drafting did not exist.
 
+use crate::drafter::Drafter;
 use crate::kv_cache::KvCacheConfig;
 use crate::runner::{CpuBackend, ForwardBackend, ModelRunner};
 use crate::LoadedModel;
 use anyhow::Result;
-use sluice_core::{Executor, ModelRunnerOutput, SchedulerOutput};
+use sluice_core::{DraftTokenIds, Executor, ModelRunnerOutput, RequestId, SchedulerOutput};
 
 /// How large the KV pool is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,6 +32,16 @@ pub enum KvCacheSize {
 /// Runs scheduler steps on a loaded model (through any forward backend).
 pub struct ModelExecutor<B: ForwardBackend = CpuBackend> {
     runner: ModelRunner<B>,
+    drafting: Option<Drafting>,
+}
+
+/// The drafter and what it drafts for.
+struct Drafting {
+    drafter: Box<dyn Drafter>,
+    /// Drafts per request and step, at most.
+    k: usize,
+    /// Requests that sampled in the last step, in scheduling order.
+    sampled: Vec<RequestId>,
 }
 
 impl ModelExecutor {
@@ -44,14 +60,32 @@ impl ModelExecutor {
             }
         };
         let runner = ModelRunner::new(model, kv)?.with_seed(seed);
-        Ok(ModelExecutor { runner })
+        Ok(ModelExecutor::from_runner(runner))
     }
 }
 
 impl<B: ForwardBackend> ModelExecutor<B> {
     /// An executor over a runner on any backend.
     pub fn from_runner(runner: ModelRunner<B>) -> Self {
-        ModelExecutor { runner }
+        ModelExecutor {
+            runner,
+            drafting: None,
+        }
+    }
+
+    /// Speculative decoding: after each step, `drafter` proposes up to `k`
+    /// tokens per request that sampled (none for requests under structured
+    /// outputs; a proposal ends before any token outside the vocabulary),
+    /// and the runner verifies them the step after. The
+    /// scheduler needs `num_lookahead_tokens >= k` so the drafts have KV
+    /// slots.
+    pub fn with_drafter(mut self, drafter: Box<dyn Drafter>, k: usize) -> Self {
+        self.drafting = Some(Drafting {
+            drafter,
+            k,
+            sampled: Vec::new(),
+        });
+        self
     }
 
     pub fn runner(&self) -> &ModelRunner<B> {
@@ -73,6 +107,43 @@ impl<B: ForwardBackend> Executor for ModelExecutor<B> {
     }
 
     fn execute(&mut self, scheduler_output: &SchedulerOutput) -> Result<ModelRunnerOutput> {
-        self.runner.execute(scheduler_output)
+        let out = self.runner.execute(scheduler_output)?;
+        if let Some(d) = &mut self.drafting {
+            d.sampled.clear();
+            d.sampled.extend(
+                scheduler_output
+                    .num_scheduled_tokens
+                    .iter()
+                    .enumerate()
+                    .filter(|&(i, _)| !out.sampled(i).is_empty())
+                    .map(|(_, s)| s.req_id.clone()),
+            );
+        }
+        Ok(out)
+    }
+
+    fn take_draft_token_ids(&mut self) -> Option<DraftTokenIds> {
+        let d = self.drafting.as_mut()?;
+        let vocab = self.runner.vocab_size();
+        let mut all = DraftTokenIds::new();
+        for id in d.sampled.drain(..) {
+            let Some(view) = self.runner.draft_view(&id) else {
+                continue;
+            };
+            let mut drafts = Vec::new();
+            d.drafter.propose(&view, d.k, &mut drafts);
+            // A token outside the vocabulary would fail the whole step's
+            // forward pass; drafts are only a guess, so they end before it.
+            let valid = drafts
+                .iter()
+                .take(d.k)
+                .take_while(|&&t| (t as usize) < vocab)
+                .count();
+            drafts.truncate(valid);
+            if !drafts.is_empty() {
+                all.push((id.clone(), drafts));
+            }
+        }
+        Some(all)
     }
 }

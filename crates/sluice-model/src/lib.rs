@@ -8,6 +8,7 @@
 pub mod attention;
 pub mod builtin;
 pub mod config;
+pub mod drafter;
 pub mod executor;
 pub mod gguf;
 pub mod kernels;
@@ -23,5 +24,6 @@ pub mod weights;
 /// working.
 pub use sluice_tokenizer as tokenizer;
 
+pub use drafter::{DraftRequest, Drafter, NgramDrafter};
 pub use executor::{KvCacheSize, ModelExecutor};
 pub use model::{load_dummy, load_dummy_as, load_model, DType, LoadFormat, LoadedModel, ModelSpec};

@@ -22,7 +22,11 @@
 //! 4. compute logits only for requests whose computed tokens reach all their
 //!    known tokens after this step (plus prompt rows of requests that asked
 //!    for prompt logprobs), sample, append each sampled token to the
-//!    runner's own copy of the request, and report it.
+//!    runner's own copy of the request, and report it. A request with k
+//!    drafts scheduled (`scheduled_spec_decode_tokens`) has them as inputs
+//!    after its last known token and k + 1 sampling rows, verified in order
+//!    (`verify.rs`): it reports the accepted drafts plus one token, exactly
+//!    the tokens it would have sampled one step at a time.
 //!
 //! Promises: a malformed `SchedulerOutput` (unknown request, block id
 //! outside the pool, tokens scheduled past what is known) is an error, never
@@ -32,6 +36,7 @@
 mod backend;
 mod registry;
 mod state;
+mod verify;
 
 pub use self::backend::{CpuBackend, ForwardBackend};
 pub use self::registry::{
@@ -39,12 +44,13 @@ pub use self::registry::{
 };
 
 use self::state::RequestState;
+use crate::drafter::DraftRequest;
 use crate::kv_cache::KvCacheConfig;
 use crate::model::{ForwardBatch, LoadedModel, Model};
-use crate::sampling::{apply_token_bitmask, prompt_logprobs, RequestSampler};
+use crate::sampling::{prompt_logprobs, RequestSampler};
 use anyhow::{anyhow, bail, Result};
 use sluice_core::output::PromptLogprobs;
-use sluice_core::{ModelRunnerOutput, RequestId, SampleLogprobs, SchedulerOutput};
+use sluice_core::{ModelRunnerOutput, RequestId, SampleLogprobs, SchedulerOutput, TokenId};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -55,8 +61,11 @@ const PROMPT_LOGITS_CHUNK: usize = 64;
 /// What one scheduled request contributes to the current step.
 #[derive(Clone, Copy, Debug)]
 struct StepEntry {
-    /// Row in the logits of the sampling rows, if the request samples.
+    /// Row in the logits of the sampling rows, if the request samples
+    /// (the first of its 1 + `num_drafts` rows).
     sample_row: Option<usize>,
+    /// Drafts scheduled for the request this step, verified in order.
+    num_drafts: usize,
     /// First and end prompt position whose next-token logprobs this step
     /// reports (empty range when none).
     prompt_lp: (usize, usize),
@@ -74,6 +83,11 @@ pub struct ModelRunner<B: ForwardBackend = CpuBackend> {
     batch: ForwardBatch,
     entries: Vec<StepEntry>,
     logits: Vec<f32>,
+    /// Input ids of a request with drafts (its known tokens, then the
+    /// drafts), reused between requests and steps.
+    draft_inputs: Vec<TokenId>,
+    /// One request's tokens of this step, reused.
+    step_tokens: Vec<TokenId>,
 }
 
 impl ModelRunner<CpuBackend> {
@@ -98,6 +112,8 @@ impl<B: ForwardBackend> ModelRunner<B> {
             batch: ForwardBatch::default(),
             entries: Vec::new(),
             logits: Vec::new(),
+            draft_inputs: Vec::new(),
+            step_tokens: Vec::new(),
         }
     }
 
@@ -130,6 +146,19 @@ impl<B: ForwardBackend> ModelRunner<B> {
     /// Requests whose state the runner holds (running and preempted).
     pub fn num_requests(&self) -> usize {
         self.requests.len()
+    }
+
+    /// What a drafter sees of a request after a step: its tokens (prompt,
+    /// then outputs, the step's sampled tokens included). `None` for a
+    /// request the runner does not hold, and for one under structured
+    /// outputs, whose drafts could not be verified (`verify.rs`).
+    pub fn draft_view<'a>(&'a self, req_id: &'a RequestId) -> Option<DraftRequest<'a>> {
+        let state = self.requests.get(req_id)?;
+        (!state.uses_grammar).then_some(DraftRequest {
+            req_id,
+            token_ids: &state.token_ids,
+            num_prompt_tokens: state.num_prompt_tokens,
+        })
     }
 
     fn next_default_seed(&mut self) -> u64 {
@@ -179,17 +208,31 @@ impl<B: ForwardBackend> ModelRunner<B> {
                 out.push(&[]);
                 continue;
             };
-            let row_logits = &mut self.logits[row * vocab..(row + 1) * vocab];
-            if let (Some(&i), Some(mask)) = (grammar_rows.get(&*sched.req_id), &so.grammar_bitmask)
-            {
-                // Before everything the sampler does, logprobs included.
-                apply_token_bitmask(row_logits, mask.row(i));
-            }
-            let sampled = state.sample(row_logits);
-            out.push(&[sampled.token]);
-            if let Some(lp) = logprobs.as_mut() {
-                lp.push(sampled.logprobs);
-            }
+            let mask = match (grammar_rows.get(&*sched.req_id), &so.grammar_bitmask) {
+                (Some(&i), Some(mask)) => {
+                    state.uses_grammar = true;
+                    Some(mask.row(i))
+                }
+                _ => None,
+            };
+            let rows = &mut self.logits[row * vocab..(row + 1 + entry.num_drafts) * vocab];
+            let drafts = if entry.num_drafts == 0 {
+                &[][..]
+            } else {
+                verify::drafts_of(so, &sched.req_id)
+            };
+            self.step_tokens.clear();
+            verify::sample_rows(
+                state,
+                &sched.req_id,
+                rows,
+                vocab,
+                drafts,
+                mask,
+                &mut self.step_tokens,
+                logprobs.as_mut(),
+            )?;
+            out.push(&self.step_tokens);
         }
         out.logprobs = logprobs;
         out.prompt_logprobs = self.prompt_logprobs(so, num_sample_rows)?;
@@ -234,6 +277,11 @@ impl<B: ForwardBackend> ModelRunner<B> {
         self.entries.clear();
         let mut num_sample_rows = 0;
         for sched in &so.num_scheduled_tokens {
+            let drafts = if so.scheduled_spec_decode_tokens.is_empty() {
+                &[][..]
+            } else {
+                verify::drafts_of(so, &sched.req_id)
+            };
             let state = self.requests.get(&sched.req_id).ok_or_else(|| {
                 anyhow!(
                     "request {} is scheduled but unknown to the runner",
@@ -242,26 +290,30 @@ impl<B: ForwardBackend> ModelRunner<B> {
             })?;
             let start = state.num_computed_tokens;
             let end = start + sched.num_tokens;
-            if end > state.token_ids.len() {
-                bail!(
-                    "request {}: {} tokens scheduled from position {start}, but only {} are known \
-                     (speculative decoding is not supported)",
-                    sched.req_id,
-                    sched.num_tokens,
-                    state.token_ids.len()
-                );
-            }
+            let known = state.token_ids.len();
+            verify::check_span(&sched.req_id, start, end, known, drafts.len())?;
+            let inputs = if drafts.is_empty() {
+                &state.token_ids[start..end]
+            } else {
+                self.draft_inputs.clear();
+                self.draft_inputs
+                    .extend_from_slice(&state.token_ids[start..]);
+                self.draft_inputs.extend_from_slice(drafts);
+                &self.draft_inputs[..]
+            };
             let first_row = self
                 .batch
-                .push_seq(&state.token_ids[start..end], start, &state.block_table, bs)
+                .push_seq(inputs, start, &state.block_table, bs)
                 .map_err(|e| anyhow!("request {}: {e}", sched.req_id))?;
-            let samples = end == state.token_ids.len();
+            // The row of the last known token, then one per draft.
+            let samples = end >= known;
             let sample_row = samples.then(|| {
+                let last_known_row = first_row + (known - 1 - start);
                 self.batch
                     .logits_rows
-                    .push(first_row + sched.num_tokens - 1);
-                num_sample_rows += 1;
-                num_sample_rows - 1
+                    .extend(last_known_row..=last_known_row + drafts.len());
+                num_sample_rows += 1 + drafts.len();
+                num_sample_rows - 1 - drafts.len()
             });
             // Prompt positions p in this chunk whose next token is a prompt
             // token (p + 1 < prompt length) and not yet reported.
@@ -274,6 +326,7 @@ impl<B: ForwardBackend> ModelRunner<B> {
             };
             self.entries.push(StepEntry {
                 sample_row,
+                num_drafts: drafts.len(),
                 prompt_lp,
                 // A batch row for now; turned into a logits row below.
                 prompt_lp_row: first_row + (prompt_lp.0 - start),

@@ -22,6 +22,10 @@ pub(super) struct RequestState {
     /// Prompt positions whose logprobs were already reported (so a
     /// recompute after preemption does not report them twice).
     pub(super) num_prompt_logprobs_done: usize,
+    /// Whether a structured-output bitmask was ever applied to its rows:
+    /// such a request gets no drafts (one bitmask row per request cannot
+    /// constrain the positions after a draft).
+    pub(super) uses_grammar: bool,
     sampler: RequestSampler,
 }
 
@@ -34,6 +38,7 @@ impl RequestState {
             block_table: new.block_ids.clone(),
             num_computed_tokens: new.num_computed_tokens,
             num_prompt_logprobs_done: 0,
+            uses_grammar: false,
             sampler,
         }
     }
