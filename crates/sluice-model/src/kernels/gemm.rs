@@ -24,6 +24,7 @@
 //!   row block of `x` is sized to stay in L2.
 
 use super::pool;
+use super::SyncPtr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// One register tile: `out[i][j] = dot(x row i, w row j) (+ bias[j])` for
@@ -143,23 +144,6 @@ pub(crate) fn plan(
         n_chunks: n.div_ceil(nc).max(1),
     }
 }
-
-/// A raw pointer that tasks on other threads may write through. Each task
-/// writes only its own disjoint rectangle of `out`.
-#[derive(Clone, Copy)]
-struct SyncPtr(*mut f32);
-
-impl SyncPtr {
-    /// By method, so closures capture the `Sync` wrapper, not the field.
-    fn get(self) -> *mut f32 {
-        self.0
-    }
-}
-// SAFETY: tasks write disjoint elements (see `run`), and `pool::run` returns
-// only after every task finished, while `out` is still borrowed.
-unsafe impl Send for SyncPtr {}
-// SAFETY: as above.
-unsafe impl Sync for SyncPtr {}
 
 /// Runs `p` with microkernel `micro` on up to `threads` threads.
 ///

@@ -55,32 +55,36 @@
 //!   dequantized first) kept for tests.
 
 mod dispatch;
-mod elementwise;
 mod formats;
 mod gemm;
 mod gemm_bf16;
 mod gemm_f16;
 mod gemm_f32;
+pub(crate) mod math;
 mod pool;
 mod quant;
 mod reduce;
+mod sync_ptr;
 
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod tests_quant;
 
-// For elementwise code outside `kernels/` (model ops, sampling) to adopt.
-#[allow(unused_imports)]
-pub(crate) use dispatch::multiversion;
+// The dispatch point, for the kernels outside `kernels/` (model ops,
+// attention, sampling).
+use dispatch::record_path;
+#[cfg(test)]
+pub(crate) use dispatch::thread_cap;
 pub use dispatch::{
-    cpu_features, kernel_path, kernel_path_bf16, kernel_path_f32, set_kernel_path, CpuFeatures,
-    KernelFamily, KernelPath,
+    cpu_features, kernel_path, kernel_path_bf16, kernel_path_f32, last_kernel_path,
+    set_kernel_path, CpuFeatures, KernelFamily, KernelPath,
 };
-pub use elementwise::{add_bias, axpy, dot, rms_norm, silu_mul, softmax_in_place};
+pub(crate) use dispatch::{multiversion, select_path};
 pub use formats::{FormatError, QuantFormat};
 pub use pool::{num_threads, set_num_threads};
 pub use quant::{dot_row_reference, quantized_activations, PackedWeight};
+pub(crate) use sync_ptr::SyncPtr;
 
 use gemm::Problem;
 use std::cell::RefCell;
@@ -364,12 +368,11 @@ fn matmul_impl(
         expect_len("bias", b.len(), 1, n);
     }
     let threads = opts.threads.unwrap_or_else(num_threads).max(1);
-    let want = opts.path.unwrap_or_else(dispatch::requested_path);
-    let cpu = cpu_features();
+    let want = opts.path;
     match w {
         WeightRef::F32(w) => {
             expect_len("w", w.len(), n, k);
-            let path = cpu.clamp(KernelFamily::F32, want);
+            let path = select_path(KernelFamily::F32, want);
             let p = Problem {
                 x,
                 ldx: k,
@@ -380,7 +383,7 @@ fn matmul_impl(
                 bias,
                 ldc,
             };
-            // SAFETY: `clamp` only returns a path whose features this CPU
+            // SAFETY: `select_path` only returns a path whose features this CPU
             // has.
             unsafe {
                 match path {
@@ -395,7 +398,7 @@ fn matmul_impl(
         }
         WeightRef::F16(w) => {
             expect_len("w", w.len(), n, k);
-            let path = cpu.clamp(KernelFamily::F16, want);
+            let path = select_path(KernelFamily::F16, want);
             let p = Problem {
                 x,
                 ldx: k,
@@ -406,7 +409,7 @@ fn matmul_impl(
                 bias,
                 ldc,
             };
-            // SAFETY: `clamp` only returns a path whose features this CPU
+            // SAFETY: `select_path` only returns a path whose features this CPU
             // has.
             unsafe {
                 match path {
@@ -421,12 +424,12 @@ fn matmul_impl(
         }
         WeightRef::Bf16(w) => {
             expect_len("w", w.len(), n, k);
-            let path = cpu.clamp(KernelFamily::Bf16, want);
+            let path = select_path(KernelFamily::Bf16, want);
             match path {
                 #[cfg(target_arch = "x86_64")]
                 KernelPath::Avx512 => {
                     with_x_buffer(m * k.div_ceil(gemm_bf16::X_PAD) * gemm_bf16::X_PAD, |buf| {
-                        // SAFETY: `clamp` returned Avx512, so the CPU has
+                        // SAFETY: `select_path` returned Avx512, so the CPU has
                         // AVX-512F/BW/VL and AVX-512 BF16.
                         let ldx = unsafe { gemm_bf16::convert_x_avx512(x, m, k, buf) };
                         let p = Problem {
@@ -455,7 +458,7 @@ fn matmul_impl(
                         bias,
                         ldc,
                     };
-                    // SAFETY: `clamp` returned Avx2: AVX2 + FMA present.
+                    // SAFETY: `select_path` returned Avx2: AVX2 + FMA present.
                     unsafe { gemm::run(&gemm_bf16::AVX2, &p, out, threads) };
                 }
                 _ => {
@@ -496,8 +499,8 @@ fn matmul_impl(
                     .row_bytes(k)
                     .unwrap_or_else(|e| panic!("matmul: {e}"));
                 expect_len("w (bytes)", data.len(), n, rb);
-                let path = cpu.clamp(KernelFamily::Quant, want);
-                quant::matmul_quant(
+                let path = select_path(KernelFamily::Quant, want);
+                let ran = quant::matmul_quant(
                     path,
                     threads,
                     x,
@@ -510,7 +513,9 @@ fn matmul_impl(
                     bias,
                     out,
                     ldc,
-                )
+                );
+                record_path(KernelFamily::Quant, ran);
+                ran
             }
         },
         WeightRef::Packed(pw) => {
@@ -520,8 +525,8 @@ fn matmul_impl(
                 pw.rows(),
                 pw.cols()
             );
-            let path = cpu.clamp(KernelFamily::Quant, want);
-            quant::matmul_quant(
+            let path = select_path(KernelFamily::Quant, want);
+            let ran = quant::matmul_quant(
                 path,
                 threads,
                 x,
@@ -534,7 +539,9 @@ fn matmul_impl(
                 bias,
                 out,
                 ldc,
-            )
+            );
+            record_path(KernelFamily::Quant, ran);
+            ran
         }
     }
 }
