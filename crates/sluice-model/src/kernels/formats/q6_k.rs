@@ -23,9 +23,11 @@
 
 use super::{f16_to_f32, le16, FormatInfo, QuantFormat};
 use crate::kernels::quant::{ActBlock, ActKind, QuantKernels};
+use sluice_gguf::GgmlType;
 
-const BLOCK: usize = 256;
-const BYTES: usize = 210;
+// The geometry is ggml's, from `GgmlType`'s table.
+const BLOCK: usize = GgmlType::Q6_K.block_size() as usize;
+const BYTES: usize = GgmlType::Q6_K.type_size() as usize;
 const PANEL_BLOCK: usize = 3360;
 const SC: usize = 32;
 const QL: usize = 288;
@@ -33,10 +35,7 @@ const QH: usize = 2336;
 
 pub(crate) const INFO: FormatInfo = FormatInfo {
     format: QuantFormat::Q6K,
-    name: "Q6_K",
-    ggml_type: 14,
-    block_size: BLOCK,
-    block_bytes: BYTES,
+    ggml: GgmlType::Q6_K,
     dequantize,
     quantize: None,
     kernels: Some(&KERNELS),

@@ -15,17 +15,16 @@
 
 use super::{f16_to_f32, f32_to_f16, le16, FormatInfo, QuantFormat};
 use crate::kernels::quant::{ActBlock, ActKind, QuantKernels, PANEL};
+use sluice_gguf::GgmlType;
 
-const BLOCK: usize = 32;
-const BYTES: usize = 34;
+// The geometry is ggml's, from `GgmlType`'s table.
+const BLOCK: usize = GgmlType::Q8_0.block_size() as usize;
+const BYTES: usize = GgmlType::Q8_0.type_size() as usize;
 const PANEL_BLOCK: usize = PANEL * BYTES;
 
 pub(crate) const INFO: FormatInfo = FormatInfo {
     format: QuantFormat::Q8_0,
-    name: "Q8_0",
-    ggml_type: 8,
-    block_size: BLOCK,
-    block_bytes: BYTES,
+    ggml: GgmlType::Q8_0,
     dequantize,
     quantize: Some(quantize),
     kernels: Some(&KERNELS),
