@@ -342,30 +342,6 @@ fn active_request() -> KernelPath {
     want
 }
 
-/// A per-thread cap for the crate's unit tests, which run concurrently and
-/// so cannot use the process-wide `set_kernel_path` to compare paths.
-#[cfg(test)]
-pub(crate) mod thread_cap {
-    use super::KernelPath;
-    use std::cell::Cell;
-
-    thread_local! {
-        static CAP: Cell<KernelPath> = const { Cell::new(KernelPath::Avx512) };
-    }
-
-    pub(crate) fn get() -> KernelPath {
-        CAP.with(Cell::get)
-    }
-
-    /// Runs `f` with every kernel this thread dispatches capped at `path`.
-    pub(crate) fn with<R>(path: KernelPath, f: impl FnOnce() -> R) -> R {
-        let before = CAP.with(|c| c.replace(path));
-        let r = f();
-        CAP.with(|c| c.set(before));
-        r
-    }
-}
-
 /// Forces a path for every later kernel call of the process — every
 /// family of [`KernelFamily::ALL`] — (`None` goes back to `SLUICE_KERNEL` /
 /// automatic). The request is clamped to what the CPU supports at each
@@ -469,3 +445,27 @@ macro_rules! multiversion {
     };
 }
 pub(crate) use multiversion;
+
+/// A per-thread cap for the crate's unit tests, which run concurrently and
+/// so cannot use the process-wide `set_kernel_path` to compare paths.
+#[cfg(test)]
+pub(crate) mod thread_cap {
+    use super::KernelPath;
+    use std::cell::Cell;
+
+    thread_local! {
+        static CAP: Cell<KernelPath> = const { Cell::new(KernelPath::Avx512) };
+    }
+
+    pub(crate) fn get() -> KernelPath {
+        CAP.with(Cell::get)
+    }
+
+    /// Runs `f` with every kernel this thread dispatches capped at `path`.
+    pub(crate) fn with<R>(path: KernelPath, f: impl FnOnce() -> R) -> R {
+        let before = CAP.with(|c| c.replace(path));
+        let r = f();
+        CAP.with(|c| c.set(before));
+        r
+    }
+}

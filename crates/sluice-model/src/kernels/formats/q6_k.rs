@@ -204,7 +204,7 @@ mod x86 {
         let m4 = _mm512_set1_epi8(0x0F);
         let mut acc = [_mm512_setzero_ps(); MR];
         for b in 0..t.nb {
-            // SAFETY (all reads below): the panel holds `nb` panel blocks;
+            // SAFETY: (all reads below) the panel holds `nb` panel blocks;
             // activation row i has `nb` blocks of 256 quants and 16 sums
             // (see `QTile`).
             unsafe {

@@ -1,7 +1,7 @@
 //! Q8_0: blocks of 32 elements, 34 bytes: `d` (f16), then 32 signed bytes
 //! `q`; value `d · q`.
 //!
-//! Matmul (activation partner Q8_0, see `quant.rs`): for each block, in
+//! Matmul (activation partner Q8_0, see `quant/`): for each block, in
 //! order, `acc = fma(f32(Σ q·qx), f32(d) · dx, acc)` with the integer sum
 //! exact.
 //!
@@ -120,7 +120,7 @@ mod x86 {
     unsafe fn avx512<const MR: usize>(t: &QTile) {
         let mut acc = [_mm512_setzero_ps(); MR];
         for b in 0..t.nb {
-            // SAFETY (all reads below): the panel holds `nb` panel blocks;
+            // SAFETY: (all reads below) the panel holds `nb` panel blocks;
             // activation row i has `nb` blocks of 32 quants, `nb` scales and
             // sums (see `QTile`).
             unsafe {

@@ -131,7 +131,7 @@ fn run(
                 sums: acts.sums[i * nb * spb..].as_ptr(),
                 lds: nb * spb,
                 mr,
-                // SAFETY (pointer arithmetic): i < m and j < n, inside `out`
+                // SAFETY: (pointer arithmetic) i < m and j < n, inside `out`
                 // (checked by the caller: (m-1)·ldc + n <= out.len()).
                 out: unsafe { out_ptr.get().add(i * ldc + j) },
                 ldo: ldc,
