@@ -152,29 +152,38 @@ impl GgmlType {
             .map(|e| e.0)
     }
 
-    fn entry(self) -> &'static (GgmlType, u32, &'static str, u32, u32) {
+    /// A `const fn` (a linear scan: `==` is not const), so the kernels'
+    /// format table takes its block geometry from here at compile time.
+    const fn entry(self) -> &'static (GgmlType, u32, &'static str, u32, u32) {
         // Every variant has exactly one row (checked by a unit test); the
         // fallback row is never reached and keeps this free of panics.
-        TABLE.iter().find(|e| e.0 == self).unwrap_or(&TABLE[0])
+        let mut i = 0;
+        while i < TABLE.len() {
+            if TABLE[i].0 as u32 == self as u32 {
+                return &TABLE[i];
+            }
+            i += 1;
+        }
+        &TABLE[0]
     }
 
     /// The id stored in the file.
-    pub fn id(self) -> u32 {
+    pub const fn id(self) -> u32 {
         self.entry().1
     }
 
     /// The name, as llama.cpp and the `gguf` package spell it (`Q4_K`).
-    pub fn name(self) -> &'static str {
+    pub const fn name(self) -> &'static str {
         self.entry().2
     }
 
     /// Elements per block (1 for the plain float and integer types).
-    pub fn block_size(self) -> u32 {
+    pub const fn block_size(self) -> u32 {
         self.entry().3
     }
 
     /// Bytes per block.
-    pub fn type_size(self) -> u32 {
+    pub const fn type_size(self) -> u32 {
         self.entry().4
     }
 

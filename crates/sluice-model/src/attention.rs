@@ -25,16 +25,16 @@
 //!
 //! Kernels: an AVX-512F one written with `std::arch` intrinsics, and a
 //! portable one compiled twice (with AVX2+FMA enabled, and plain), picked at
-//! run time by the kernels' one dispatch (`kernels::kernel_path` of
-//! `KernelFamily::Attention`).
+//! run time by the kernels' one dispatch (`KernelFamily::Attention`).
 
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 mod portable;
 
 use crate::kernels::parallel_for;
+use crate::kernels::SyncPtr;
 use crate::kv_cache::LayerKv;
-use crate::model::{SeqSlice, SyncPtr};
+use crate::model::SeqSlice;
 use std::cell::RefCell;
 
 /// Query tokens of one sequence handled by one work item.
@@ -217,12 +217,12 @@ pub fn paged_attention(
 
 type Kernel = unsafe fn(&Item<'_>, &mut [f32], &mut Scratch);
 
-/// The attention kernel of the path `kernels::kernel_path` gives the
+/// The attention kernel of the path the kernels' one dispatch gives the
 /// attention family (so `SLUICE_KERNEL` / `set_kernel_path` steer it like
 /// every other kernel).
 fn select_kernel() -> Kernel {
-    use crate::kernels::{kernel_path, KernelFamily, KernelPath};
-    match kernel_path(KernelFamily::Attention) {
+    use crate::kernels::{select_path, KernelFamily, KernelPath};
+    match select_path(KernelFamily::Attention, None) {
         #[cfg(target_arch = "x86_64")]
         KernelPath::Avx512 => avx512::attend,
         #[cfg(target_arch = "x86_64")]
@@ -258,81 +258,6 @@ pub fn paged_attention_portable(
             unsafe { portable::attend_plain(&item, out, &mut scratch) };
         }
     }
-}
-
-/// Dot product with 16 independent partial sums, reduced pairwise (used by
-/// RMSNorm).
-#[inline(always)]
-pub(crate) fn dot<const FMA: bool>(a: &[f32], b: &[f32]) -> f32 {
-    const L: usize = 16;
-    let mut acc = [0f32; L];
-    let mut ca = a.chunks_exact(L);
-    let mut cb = b.chunks_exact(L);
-    for (xa, xb) in (&mut ca).zip(&mut cb) {
-        for l in 0..L {
-            acc[l] = madd::<FMA>(xa[l], xb[l], acc[l]);
-        }
-    }
-    let mut tail = 0.0;
-    for (&x, &y) in ca.remainder().iter().zip(cb.remainder()) {
-        tail = madd::<FMA>(x, y, tail);
-    }
-    let mut width = L / 2;
-    while width > 0 {
-        for l in 0..width {
-            acc[l] += acc[l + width];
-        }
-        width /= 2;
-    }
-    acc[0] + tail
-}
-
-#[inline(always)]
-fn madd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
-    if FMA {
-        a.mul_add(b, c)
-    } else {
-        a * b + c
-    }
-}
-
-// Constants of `exp_f32` (shared with the vector version).
-const EXP_LO: f32 = -87.0;
-const EXP_HI: f32 = 88.0;
-const LOG2E: f32 = std::f32::consts::LOG2_E;
-/// ln 2 split in a high part exact in f32 and a low correction.
-const LN2_HI: f32 = 0.693_359_4;
-const LN2_LO: f32 = -2.121_944_4e-4;
-/// 1.5 · 2^23: adding it rounds to an integer kept in the low mantissa bits.
-const ROUND_MAGIC: f32 = 12_582_912.0;
-/// Minimax polynomial for e^r on [-ln2/2, ln2/2] (Cephes expf), highest
-/// degree first.
-const EXP_POLY: [f32; 6] = [
-    1.987_569_1e-4,
-    1.398_199_9e-3,
-    8.333_452e-3,
-    4.166_579_6e-2,
-    1.666_666_5e-1,
-    5e-1,
-];
-
-/// `e^x` within ~2 ulp of `f32::exp`, in plain arithmetic so that loops
-/// over it vectorise. The argument is clamped to [-87, 88]: below, `e^x`
-/// would be subnormal and comes out as about 1e-38 instead (no softmax or
-/// sigmoid can tell); above, it would overflow.
-#[inline(always)]
-pub(crate) fn exp_f32(x: f32) -> f32 {
-    let x = x.clamp(EXP_LO, EXP_HI);
-    let k = x * LOG2E + ROUND_MAGIC;
-    let n_bits = k.to_bits().wrapping_sub(ROUND_MAGIC.to_bits()) as i32;
-    let n = k - ROUND_MAGIC;
-    let r = x - n * LN2_HI - n * LN2_LO;
-    let mut p = EXP_POLY[0];
-    for &c in &EXP_POLY[1..] {
-        p = p * r + c;
-    }
-    let er = p * r * r + r + 1.0;
-    f32::from_bits((er.to_bits() as i32).wrapping_add(n_bits << 23) as u32)
 }
 
 #[cfg(test)]

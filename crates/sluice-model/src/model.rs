@@ -53,26 +53,6 @@ pub struct Model {
     pub rope: Rope,
 }
 
-/// A raw pointer that may cross into `parallel_for` closures, for writing
-/// disjoint parts of one buffer from several threads. Users promise
-/// disjointness at each use.
-#[derive(Clone, Copy)]
-pub(crate) struct SyncPtr<T>(pub(crate) *mut T);
-
-// SAFETY: only used to write disjoint ranges of a buffer that outlives the
-// parallel region; see each use.
-unsafe impl<T> Send for SyncPtr<T> {}
-unsafe impl<T> Sync for SyncPtr<T> {}
-
-impl<T> SyncPtr<T> {
-    /// The pointer (a method, so closures capture the `Sync` wrapper rather
-    /// than the raw field).
-    #[inline]
-    pub(crate) fn get(self) -> *mut T {
-        self.0
-    }
-}
-
 impl Model {
     /// Builds the model from `source`, checking every tensor's shape. Its
     /// architecture (`config.architecture`) names the tensors in the

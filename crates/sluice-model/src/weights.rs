@@ -638,7 +638,7 @@ impl TensorSource for DummySource {
         // Chunks are seeded independently so they can be filled in parallel.
         match out {
             Weight::F32(v) => {
-                let dst = crate::model::SyncPtr(v[start..].as_mut_ptr());
+                let dst = crate::kernels::SyncPtr(v[start..].as_mut_ptr());
                 crate::kernels::parallel_for(num_chunks, |c| {
                     // SAFETY: chunk `c` writes only indices in its own
                     // disjoint range of the n-element tail.
@@ -646,7 +646,7 @@ impl TensorSource for DummySource {
                 });
             }
             Weight::Bf16(v) => {
-                let dst = crate::model::SyncPtr(v[start..].as_mut_ptr());
+                let dst = crate::kernels::SyncPtr(v[start..].as_mut_ptr());
                 crate::kernels::parallel_for(num_chunks, |c| {
                     // SAFETY: as above, disjoint ranges per chunk.
                     fill(c, &mut |i, x| unsafe {

@@ -1,14 +1,24 @@
 //! The one dispatch: `SLUICE_KERNEL` and `set_kernel_path` cap every kernel
-//! family (matmul of every format, attention, elementwise), each lowered
-//! only to what this CPU runs; the elementwise helpers give the same bits
-//! on every path. Its own test binary, because the setting is process-wide.
+//! family — matmul of every weight format, attention, RMSNorm, SwiGLU, the
+//! residual add, RoPE, the sampler — each lowered only to what this CPU
+//! runs. Checked on the kernels the model calls: a forward pass and a
+//! sampling step in a child process started with `SLUICE_KERNEL` set, whose
+//! families must report (`last_kernel_path`) that they ran on the capped
+//! path, with outputs that agree with the portable path's. Its own test
+//! binary, because the setting is process-wide.
 
+use sluice_core::SamplingParams;
 use sluice_model::kernels::{
-    cpu_features, dot, kernel_path, matmul, rms_norm, set_kernel_path, softmax_in_place,
-    KernelFamily, KernelPath, QuantFormat, WeightRef,
+    cpu_features, kernel_path, last_kernel_path, set_kernel_path, KernelFamily, KernelPath,
+    QuantFormat,
 };
+use sluice_model::kv_cache::{KvCache, KvCacheConfig};
+use sluice_model::model::ForwardBatch;
+use sluice_model::sampling::RequestSampler;
+use sluice_model::weights::WeightDType;
+use sluice_model::{builtin, load_dummy_as, LoadedModel};
 use std::process::Command;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// The tests below change the process-wide setting one at a time.
 static SETTING: Mutex<()> = Mutex::new(());
@@ -33,80 +43,151 @@ fn set_kernel_path_caps_every_family() {
     assert!(KernelFamily::ALL
         .iter()
         .all(|&f| kernel_path(f) == KernelPath::Portable));
+    // `None` goes back to `SLUICE_KERNEL` (this test may run under it),
+    // else the best path.
     set_kernel_path(None);
+    let env = std::env::var("SLUICE_KERNEL")
+        .ok()
+        .and_then(|v| KernelPath::parse(&v).ok().flatten())
+        .unwrap_or(KernelPath::Avx512);
     for f in KernelFamily::ALL {
-        assert_eq!(kernel_path(f), cpu.best(f), "{f:?}");
+        assert_eq!(kernel_path(f), cpu.clamp(f, env), "{f:?}");
     }
     eprintln!("{cpu}");
 }
 
-#[test]
-fn elementwise_helpers_give_the_same_bits_on_every_path() {
-    let _one = SETTING.lock().unwrap_or_else(|e| e.into_inner());
-    let x: Vec<f32> = (0..1000)
-        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0)
-        .collect();
-    let w: Vec<f32> = (0..100).map(|i| 1.0 + i as f32 / 100.0).collect();
-    let run = || {
-        let d = dot(&x, &x[..].iter().rev().copied().collect::<Vec<_>>());
-        let mut n = vec![0.0; 1000];
-        rms_norm(&x, &w, 1e-6, &mut n);
-        let mut s = x[..64].to_vec();
-        softmax_in_place(&mut s);
-        (
-            d.to_bits(),
-            n.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-            s,
-        )
+/// The weight formats the child runs the model in, each with the matmul
+/// family it exercises and the largest relative difference of its logits
+/// from the portable path's: f32 and f16 only differ by FMA roundings; on
+/// AVX-512 bf16 rounds activations to bf16 (`vdpbf16ps`), and a quantized
+/// model requantizes activations that moved by such a rounding.
+const FORMATS: [(WeightDType, KernelFamily, f32); 4] = [
+    (WeightDType::F32, KernelFamily::F32, 1e-4),
+    (WeightDType::F16, KernelFamily::F16, 1e-3),
+    (WeightDType::Bf16, KernelFamily::Bf16, 2e-2),
+    (
+        WeightDType::Quant(QuantFormat::Q8_0),
+        KernelFamily::Quant,
+        2e-2,
+    ),
+];
+
+/// Last-row logits of a 20-token prefill (long enough that RMSNorm, SwiGLU
+/// and attention see more than one vector of work), then of a decode step.
+fn logits(loaded: &LoadedModel) -> Vec<f32> {
+    let mut kv = KvCache::new(&loaded.config, KvCacheConfig::new(16, 4)).expect("kv cache");
+    let vocab = loaded.config.vocab_size as u32;
+    let prompt: Vec<u32> = (0..20).map(|i| (i * 97 + 5) % vocab).collect();
+    let mut batch = ForwardBatch::default();
+    batch.push_seq(&prompt, 0, &[0, 1], 16).expect("batch");
+    batch.logits_rows.push(prompt.len() - 1);
+    let mut out = loaded.model.forward(&batch, &mut kv).expect("prefill");
+    let mut batch = ForwardBatch::default();
+    batch
+        .push_seq(&[7], prompt.len(), &[0, 1], 16)
+        .expect("batch");
+    batch.logits_rows.push(0);
+    out.extend(loaded.model.forward(&batch, &mut kv).expect("decode"));
+    out
+}
+
+/// Tokens and logprob bits of a few seeded top-k / top-p sampling steps.
+fn sample(logits: &[f32]) -> (Vec<u32>, Vec<u32>) {
+    let params = SamplingParams {
+        temperature: 0.8,
+        top_k: 50,
+        top_p: 0.9,
+        seed: Some(7),
+        logprobs: Some(3),
+        ..SamplingParams::default()
     };
-    set_kernel_path(Some(KernelPath::Portable));
-    let base = run();
-    for p in [KernelPath::Avx2, KernelPath::Avx512] {
-        set_kernel_path(Some(p));
-        let got = run();
-        assert_eq!(got.0, base.0, "dot on {p}");
-        assert_eq!(got.1, base.1, "rms_norm on {p}");
-        assert!(
-            got.2
-                .iter()
-                .zip(&base.2)
-                .all(|(a, b)| a.to_bits() == b.to_bits()),
-            "softmax on {p}"
+    let mut sampler = RequestSampler::new(Arc::new(params), &[], 1);
+    let (mut tokens, mut bits) = (Vec::new(), Vec::new());
+    for _ in 0..5 {
+        let mut row = logits.to_vec();
+        let out = sampler.sample(&mut row, &tokens);
+        tokens.push(out.token);
+        let lp = out.logprobs.expect("logprobs asked for");
+        bits.push(lp.sampled.logprob.to_bits());
+        bits.extend(lp.top.iter().map(|t| t.logprob.to_bits()));
+    }
+    (tokens, bits)
+}
+
+/// Asserts that every family `families` ran on its cap of `want` here.
+fn assert_ran_on(families: &[KernelFamily], want: KernelPath, what: &str) {
+    let cpu = cpu_features();
+    for &f in families {
+        assert_eq!(
+            last_kernel_path(f),
+            Some(cpu.clamp(f, want)),
+            "{what}: {f:?} did not run on the path the cap {want} gives it"
         );
     }
-    set_kernel_path(None);
+}
+
+fn max_rel_diff(a: &[f32], b: &[f32]) -> f32 {
+    let scale = b.iter().fold(0f32, |m, x| m.max(x.abs()));
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max)
+        / scale
 }
 
 /// Run as a child with `SLUICE_KERNEL` set (see below): every family
-/// reports the environment's cap, and a quantized matmul runs on it.
+/// reports the environment's cap, the model's kernels run on it, and their
+/// outputs agree with the portable path's.
 #[test]
-fn child_reports_the_environment_cap() {
+fn child_runs_every_family_on_the_environment_cap() {
     let Ok(want) = std::env::var("SLUICE_DISPATCH_CHILD") else {
         return;
     };
+    let _one = SETTING.lock().unwrap_or_else(|e| e.into_inner());
     let want = KernelPath::parse(&want)
         .expect("a path name")
         .expect("not auto");
     let cpu = cpu_features();
+    eprintln!("SLUICE_KERNEL={want}: {cpu}");
     for f in KernelFamily::ALL {
         assert_eq!(kernel_path(f), cpu.clamp(f, want), "{f:?}");
     }
-    let w = QuantFormat::Q8_0
-        .quantize(&[0.5; 64], 32)
-        .expect("quantizes");
-    let mut out = [0.0f32; 2];
-    matmul(
-        &[1.0; 32],
-        1,
-        32,
-        WeightRef::Quant {
-            format: QuantFormat::Q8_0,
-            data: &w,
-        },
-        2,
-        &mut out,
-    );
-    assert!((out[0] - 16.0).abs() < 0.1, "{out:?}");
+    let model_families = [
+        KernelFamily::Attention,
+        KernelFamily::RmsNorm,
+        KernelFamily::SwiGlu,
+        KernelFamily::Residual,
+        KernelFamily::Rope,
+    ];
+    let (config, generation) = builtin::config("tiny").expect("built-in config");
+    for (dtype, matmul, tolerance) in FORMATS {
+        let loaded = load_dummy_as(config.clone(), generation.clone(), dtype, 3).expect("loads");
+        let what = format!("{dtype:?}");
+        let capped = logits(&loaded);
+        assert_ran_on(&[matmul], want, &what);
+        assert_ran_on(&model_families, want, &what);
+        set_kernel_path(Some(KernelPath::Portable));
+        let portable = logits(&loaded);
+        assert_ran_on(&[matmul], KernelPath::Portable, &what);
+        assert_ran_on(&model_families, KernelPath::Portable, &what);
+        set_kernel_path(None);
+        let d = max_rel_diff(&capped, &portable);
+        eprintln!("{what}: max relative difference from portable {d:e}");
+        assert!(d <= tolerance, "{what}: relative difference {d}");
+        assert!(capped.iter().any(|&x| x != 0.0), "{what}: all-zero logits");
+    }
+
+    // The sampler's loops give the same bits on every path.
+    let loaded = load_dummy_as(config, generation, WeightDType::F32, 9).expect("loads");
+    let all = logits(&loaded);
+    let row = &all[..all.len() / 2];
+    let capped = sample(row);
+    assert_ran_on(&[KernelFamily::Sampling], want, "sampling");
+    set_kernel_path(Some(KernelPath::Portable));
+    let portable = sample(row);
+    assert_ran_on(&[KernelFamily::Sampling], KernelPath::Portable, "sampling");
+    set_kernel_path(None);
+    assert_eq!(capped, portable, "sampling on {want} differs from portable");
 }
 
 #[test]
@@ -116,7 +197,7 @@ fn sluice_kernel_env_caps_every_family_in_a_new_process() {
         let status = Command::new(&exe)
             .args([
                 "--exact",
-                "child_reports_the_environment_cap",
+                "child_runs_every_family_on_the_environment_cap",
                 "--nocapture",
             ])
             .env("SLUICE_KERNEL", name)

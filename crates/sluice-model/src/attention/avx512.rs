@@ -5,9 +5,8 @@
 //! then per row a masked online-softmax update with a vector `exp`, and the
 //! `p · V` accumulation with up to four vector accumulators per 64 dims.
 
-use super::{
-    Item, Scratch, EXP_HI, EXP_LO, EXP_POLY, KEY_CHUNK, LN2_HI, LN2_LO, LOG2E, ROUND_MAGIC,
-};
+use super::{Item, Scratch, KEY_CHUNK};
+use crate::kernels::math::{exp_f32, EXP_HI, EXP_LO, EXP_POLY, LN2_HI, LN2_LO, LOG2E, ROUND_MAGIC};
 use std::arch::x86_64::*;
 
 /// Query rows scored together (accumulators held in registers).
@@ -19,7 +18,7 @@ fn lane_mask(n: usize) -> __mmask16 {
     ((1u32 << n) - 1) as __mmask16
 }
 
-/// `e^x` lane-wise: the vector form of `super::exp_f32`.
+/// `e^x` lane-wise: the vector form of `math::exp_f32`.
 #[inline]
 #[target_feature(enable = "avx512f")]
 unsafe fn exp512(x: __m512) -> __m512 {
@@ -207,7 +206,7 @@ pub(super) unsafe fn attend(item: &Item<'_>, out: &mut [f32], scratch: &mut Scra
                     let m_old = scratch.max[row];
                     let m_new = m_old.max(chunk_max);
                     if m_new > m_old {
-                        let alpha = super::exp_f32(m_old - m_new);
+                        let alpha = exp_f32(m_old - m_new);
                         scratch.sum[row] *= alpha;
                         scale_row(acc_row, hd, alpha);
                         scratch.max[row] = m_new;

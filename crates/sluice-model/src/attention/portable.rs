@@ -2,7 +2,8 @@
 //! written as elementwise loops over chunks of up to 16 keys so that the
 //! compiler vectorises them. Compiled twice: with AVX2+FMA enabled and plain.
 
-use super::{exp_f32, madd, Item, Scratch, KEY_CHUNK};
+use super::{Item, Scratch, KEY_CHUNK};
+use crate::kernels::math::{exp_f32, madd};
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]

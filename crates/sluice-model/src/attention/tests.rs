@@ -2,30 +2,6 @@ use super::*;
 use crate::kv_cache::{KvCache, KvCacheConfig};
 use crate::model::ForwardBatch;
 
-#[test]
-fn exp_matches_std() {
-    let mut worst = 0f32;
-    let mut x = -87.0f32;
-    while x <= 88.0 {
-        let (a, b) = (exp_f32(x), x.exp());
-        worst = worst.max(((a - b) / b).abs());
-        x += 0.0137;
-    }
-    assert!(worst < 3e-7, "worst relative error {worst}");
-    assert_eq!(exp_f32(0.0), 1.0);
-    assert!(exp_f32(-1000.0) < 1e-37);
-    assert!(exp_f32(f32::NEG_INFINITY) < 1e-37);
-}
-
-#[test]
-fn dot_handles_tails() {
-    let a: Vec<f32> = (0..37).map(|i| i as f32).collect();
-    let b = vec![2.0; 37];
-    let want: f32 = a.iter().sum::<f32>() * 2.0;
-    assert_eq!(dot::<false>(&a, &b), want);
-    assert_eq!(dot::<true>(&a, &b), want);
-}
-
 struct Rng(u64);
 impl Rng {
     fn next(&mut self) -> f32 {

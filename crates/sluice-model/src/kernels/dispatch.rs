@@ -1,11 +1,15 @@
 //! Run-time CPU feature detection and the choice of kernel path — the one
 //! dispatch mechanism of the crate.
 //!
-//! Owns: which SIMD implementation every kernel runs on: matmul of every
-//! weight format, attention, and the elementwise helpers (`multiversion!`).
-//! One request (`set_kernel_path`, else `SLUICE_KERNEL=portable|avx2|avx512`,
-//! else the best) caps all of them; each `KernelFamily` then lowers it to
-//! what this CPU can run for that family.
+//! Owns: which SIMD implementation every kernel runs on — matmul of every
+//! weight format, attention, RMSNorm, SwiGLU, the residual add, RoPE and
+//! the sampler's vocabulary-wide loops. One request (`set_kernel_path`,
+//! else `SLUICE_KERNEL=portable|avx2|avx512`, else the best) caps all of
+//! them; each `KernelFamily` then lowers it to what this CPU can run for
+//! that family. Every kernel learns its path from [`select_path`] (the matmul
+//! drivers and attention directly, the loops the compiler vectorises through
+//! [`multiversion!`]), which also records it, so `last_kernel_path` tells
+//! what each family actually ran on.
 //!
 //! Promises: a path is only ever executed on a CPU that has every feature
 //! it was compiled for — asking for a path the CPU lacks silently falls
@@ -29,28 +33,49 @@ use std::sync::OnceLock;
 /// | `F16`         | AVX-512F/BW/VL, `vcvtph2ps` + FMA          | AVX2 + FMA + F16C           |
 /// | `Quant`       | AVX-512 VNNI `vpdpbusd` at 512 bits        | AVX2 `pmaddubsw`/`pmaddwd` (+ FMA, F16C) |
 /// | `Attention`   | AVX-512F intrinsics                        | AVX2 + FMA (compiled loops) |
-/// | `Elementwise` | AVX-512F (compiled loops)                  | AVX2 + FMA (compiled loops) |
+/// | `RmsNorm`, `SwiGlu`, `Residual`, `Rope` | AVX-512F (compiled loops) | AVX2 + FMA (compiled loops) |
+/// | `Sampling`    | AVX-512F (compiled loops)                  | AVX2 + FMA (compiled loops) |
 ///
 /// `Portable` is plain Rust everywhere. A CPU lacking a family's `Avx512`
 /// features (say AVX-512F without BF16 or VNNI) runs that family on `Avx2`.
+/// The compiled-loop families perform the same IEEE operations in the same
+/// order on every path, so their paths differ in speed only.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum KernelFamily {
+    /// Matmul with f32 weights.
     F32,
+    /// Matmul with bf16 weights.
     Bf16,
+    /// Matmul with f16 weights.
     F16,
+    /// Matmul with block-quantized weights (every GGUF block format).
     Quant,
+    /// Paged attention.
     Attention,
-    Elementwise,
+    /// RMSNorm of rows and of heads in place.
+    RmsNorm,
+    /// SwiGLU, `silu(gate) · up`.
+    SwiGlu,
+    /// The residual connection, `acc += x`.
+    Residual,
+    /// Rotary position embeddings applied to q and k.
+    Rope,
+    /// The sampler's vocabulary-wide loops (max, softmax sums, top-k/p).
+    Sampling,
 }
 
 impl KernelFamily {
-    pub const ALL: [KernelFamily; 6] = [
+    pub const ALL: [KernelFamily; 10] = [
         KernelFamily::F32,
         KernelFamily::Bf16,
         KernelFamily::F16,
         KernelFamily::Quant,
         KernelFamily::Attention,
-        KernelFamily::Elementwise,
+        KernelFamily::RmsNorm,
+        KernelFamily::SwiGlu,
+        KernelFamily::Residual,
+        KernelFamily::Rope,
+        KernelFamily::Sampling,
     ];
 
     pub fn name(self) -> &'static str {
@@ -60,8 +85,17 @@ impl KernelFamily {
             KernelFamily::F16 => "f16",
             KernelFamily::Quant => "quantized",
             KernelFamily::Attention => "attention",
-            KernelFamily::Elementwise => "elementwise",
+            KernelFamily::RmsNorm => "rms_norm",
+            KernelFamily::SwiGlu => "swiglu",
+            KernelFamily::Residual => "residual",
+            KernelFamily::Rope => "rope",
+            KernelFamily::Sampling => "sampling",
         }
+    }
+
+    /// Position in [`KernelFamily::ALL`].
+    fn index(self) -> usize {
+        self as usize
     }
 }
 
@@ -187,12 +221,16 @@ impl CpuFeatures {
                 _ => self.has_avx2(),
             },
             KernelPath::Avx512 => match f {
-                KernelFamily::F32 | KernelFamily::Attention | KernelFamily::Elementwise => {
-                    self.has_avx512_f32()
-                }
                 KernelFamily::Bf16 => self.has_avx512_bf16(),
                 KernelFamily::F16 => self.has_avx512_f32() && self.avx512bw && self.avx512vl,
                 KernelFamily::Quant => self.has_avx512_vnni(),
+                KernelFamily::F32
+                | KernelFamily::Attention
+                | KernelFamily::RmsNorm
+                | KernelFamily::SwiGlu
+                | KernelFamily::Residual
+                | KernelFamily::Rope
+                | KernelFamily::Sampling => self.has_avx512_f32(),
             },
         }
     }
@@ -296,16 +334,19 @@ fn env_request() -> Option<KernelPath> {
 /// The path asked for: `set_kernel_path`, else `SLUICE_KERNEL`, else the
 /// best (AVX-512). Not yet clamped to what the CPU has.
 fn active_request() -> KernelPath {
-    KernelPath::from_code(OVERRIDE.load(Ordering::Relaxed))
+    let want = KernelPath::from_code(OVERRIDE.load(Ordering::Relaxed))
         .or_else(env_request)
-        .unwrap_or(KernelPath::Avx512)
+        .unwrap_or(KernelPath::Avx512);
+    #[cfg(test)]
+    let want = want.min(thread_cap::get());
+    want
 }
 
-/// Forces a path for every later kernel call of the process — matmul of
-/// every format, attention, elementwise — (`None` goes back to
-/// `SLUICE_KERNEL` / automatic). The request is clamped to what the CPU
-/// supports at each call. Meant for benchmarks and tools; tests that run
-/// concurrently should use `matmul_with` instead.
+/// Forces a path for every later kernel call of the process — every
+/// family of [`KernelFamily::ALL`] — (`None` goes back to `SLUICE_KERNEL` /
+/// automatic). The request is clamped to what the CPU supports at each
+/// call. Meant for benchmarks and tools; tests that run concurrently should
+/// use `matmul_with` instead.
 pub fn set_kernel_path(path: Option<KernelPath>) {
     OVERRIDE.store(path.map_or(0, KernelPath::code), Ordering::Relaxed);
 }
@@ -325,20 +366,51 @@ pub fn kernel_path_bf16() -> KernelPath {
     kernel_path(KernelFamily::Bf16)
 }
 
-/// The path a call without an explicit path request resolves to.
-pub(crate) fn requested_path() -> KernelPath {
-    active_request()
+/// Per family, the `KernelPath::code` of the path its kernels last ran on
+/// (0: none yet).
+static LAST_RUN: [AtomicU8; KernelFamily::ALL.len()] =
+    [const { AtomicU8::new(0) }; KernelFamily::ALL.len()];
+
+/// The path the kernels of family `f` ran on at their latest call in this
+/// process, `None` before the first. What [`kernel_path`] promises is what
+/// this observes: every kernel takes its path from [`select_path`].
+pub fn last_kernel_path(f: KernelFamily) -> Option<KernelPath> {
+    KernelPath::from_code(LAST_RUN[f.index()].load(Ordering::Relaxed))
 }
 
-/// Defines `fn $name` from a body compiled three times — with AVX-512F
-/// (+ AVX2, FMA), with AVX2 + FMA, and for the baseline target — and runs
-/// the one `kernel_path(KernelFamily::Elementwise)` picks, so
+/// The dispatch point of every kernel: the path family `f` runs on for a
+/// call asking for `want` (the process-wide request unless the call names
+/// one), lowered to what this CPU has, and recorded for
+/// [`last_kernel_path`].
+#[inline]
+pub(crate) fn select_path(f: KernelFamily, want: Option<KernelPath>) -> KernelPath {
+    let path = cpu_features().clamp(f, want.unwrap_or_else(active_request));
+    record_path(f, path);
+    path
+}
+
+/// Records that family `f` ran on `path` (for a driver that lowered the
+/// path [`select_path`] gave it further, say a format without that
+/// kernel).
+#[inline]
+pub(crate) fn record_path(f: KernelFamily, path: KernelPath) {
+    let slot = &LAST_RUN[f.index()];
+    // Store only on a change, so steady-state calls from many threads
+    // share the cache line instead of bouncing it.
+    if slot.load(Ordering::Relaxed) != path.code() {
+        slot.store(path.code(), Ordering::Relaxed);
+    }
+}
+
+/// Defines `fn $name` of kernel family `$family` from a body compiled three
+/// times — with AVX-512F (+ AVX2, FMA), with AVX2 + FMA, and for the
+/// baseline target — and runs the one [`select_path`] picks for the family, so
 /// `SLUICE_KERNEL` / `set_kernel_path` steer it like every other kernel.
 /// The versions perform the same IEEE operations in the same order (Rust
 /// never contracts a multiply and an add into an FMA; `mul_add` is an FMA
 /// on every path), so they differ only in speed.
 macro_rules! multiversion {
-    ($(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
+    ($family:ident; $(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
         $(#[$m])*
         $vis fn $name($($arg: $ty),*) $(-> $ret)? {
             #[inline(always)]
@@ -346,24 +418,54 @@ macro_rules! multiversion {
             #[cfg(target_arch = "x86_64")]
             {
                 #[target_feature(enable = "avx512f,avx2,fma")]
-                unsafe fn avx512($($arg: $ty),*) $(-> $ret)? {
+                fn avx512($($arg: $ty),*) $(-> $ret)? {
                     generic($($arg),*)
                 }
                 #[target_feature(enable = "avx2,fma")]
-                unsafe fn avx2($($arg: $ty),*) $(-> $ret)? {
+                fn avx2($($arg: $ty),*) $(-> $ret)? {
                     generic($($arg),*)
                 }
-                match $crate::kernels::kernel_path($crate::kernels::KernelFamily::Elementwise) {
-                    // SAFETY: `kernel_path` only returns a path whose
-                    // features this CPU has.
+                match $crate::kernels::select_path(
+                    $crate::kernels::KernelFamily::$family,
+                    None,
+                ) {
+                    // SAFETY: `select_path` only returns a path whose features
+                    // this CPU has (AVX-512F, AVX2 and FMA for `Avx512`).
                     $crate::kernels::KernelPath::Avx512 => return unsafe { avx512($($arg),*) },
-                    // SAFETY: as above.
+                    // SAFETY: `select_path` returned `Avx2`, so the CPU has AVX2
+                    // and FMA.
                     $crate::kernels::KernelPath::Avx2 => return unsafe { avx2($($arg),*) },
                     $crate::kernels::KernelPath::Portable => {}
                 }
             }
+            #[cfg(not(target_arch = "x86_64"))]
+            $crate::kernels::select_path($crate::kernels::KernelFamily::$family, None);
             generic($($arg),*)
         }
     };
 }
 pub(crate) use multiversion;
+
+/// A per-thread cap for the crate's unit tests, which run concurrently and
+/// so cannot use the process-wide `set_kernel_path` to compare paths.
+#[cfg(test)]
+pub(crate) mod thread_cap {
+    use super::KernelPath;
+    use std::cell::Cell;
+
+    thread_local! {
+        static CAP: Cell<KernelPath> = const { Cell::new(KernelPath::Avx512) };
+    }
+
+    pub(crate) fn get() -> KernelPath {
+        CAP.with(Cell::get)
+    }
+
+    /// Runs `f` with every kernel this thread dispatches capped at `path`.
+    pub(crate) fn with<R>(path: KernelPath, f: impl FnOnce() -> R) -> R {
+        let before = CAP.with(|c| c.replace(path));
+        let r = f();
+        CAP.with(|c| c.set(before));
+        r
+    }
+}

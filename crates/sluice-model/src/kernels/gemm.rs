@@ -24,6 +24,7 @@
 //!   row block of `x` is sized to stay in L2.
 
 use super::pool;
+use super::SyncPtr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// One register tile: `out[i][j] = dot(x row i, w row j) (+ bias[j])` for
@@ -144,23 +145,6 @@ pub(crate) fn plan(
     }
 }
 
-/// A raw pointer that tasks on other threads may write through. Each task
-/// writes only its own disjoint rectangle of `out`.
-#[derive(Clone, Copy)]
-struct SyncPtr(*mut f32);
-
-impl SyncPtr {
-    /// By method, so closures capture the `Sync` wrapper, not the field.
-    fn get(self) -> *mut f32 {
-        self.0
-    }
-}
-// SAFETY: tasks write disjoint elements (see `run`), and `pool::run` returns
-// only after every task finished, while `out` is still borrowed.
-unsafe impl Send for SyncPtr {}
-// SAFETY: as above.
-unsafe impl Sync for SyncPtr {}
-
 /// Runs `p` with microkernel `micro` on up to `threads` threads.
 ///
 /// # Safety
@@ -229,18 +213,21 @@ pub(crate) unsafe fn run<X: Sync, W: Sync>(
             while i < i1 {
                 let mr = mr.min(i1 - i);
                 let tile = Tile {
-                    // SAFETY (pointer arithmetic): i < m, j < n, so these
+                    // SAFETY: (pointer arithmetic) i < m, j < n, so these
                     // stay inside `x`, `w`, `out`, `bias`.
                     x: unsafe { p.x.as_ptr().add(i * p.ldx) },
                     ldx: p.ldx,
                     mr,
+                    // SAFETY: j < n, so row j starts inside `w`.
                     w: unsafe { p.w.as_ptr().add(j * k) },
                     nr,
                     k,
+                    // SAFETY: i < m and j < n, so this lies inside `out` (checked by the caller).
                     out: unsafe { out_ptr.get().add(i * p.ldc + j) },
                     ldo: p.ldc,
                     bias: p
                         .bias
+                        // SAFETY: j < n, and the bias holds n values.
                         .map_or(std::ptr::null(), |b| unsafe { b.as_ptr().add(j) }),
                     prefetch: i == i0,
                 };
@@ -310,15 +297,17 @@ unsafe fn run_streaming<X: Sync, W: Sync>(
                     x: p.x.as_ptr(),
                     ldx: p.ldx,
                     mr: m,
-                    // SAFETY (pointer arithmetic): j < n, so these stay
+                    // SAFETY: (pointer arithmetic) j < n, so these stay
                     // inside `w`, `out`, `bias`.
                     w: unsafe { p.w.as_ptr().add(j * k) },
                     nr,
                     k,
+                    // SAFETY: j < n, inside the first row of `out`.
                     out: unsafe { out_ptr.get().add(j) },
                     ldo: p.ldc,
                     bias: p
                         .bias
+                        // SAFETY: j < n, and the bias holds n values.
                         .map_or(std::ptr::null(), |b| unsafe { b.as_ptr().add(j) }),
                     prefetch: false,
                 };

@@ -78,6 +78,7 @@ unsafe fn portable_impl<const MR: usize, const NR: usize>(t: &Tile<f32, u16>) {
     let xs: [&[f32]; MR] =
         std::array::from_fn(|i| unsafe { std::slice::from_raw_parts(t.x.add(i * t.ldx), k) });
     let ws: [&[u16]; NR] =
+        // SAFETY: as above: row j of w holds k values.
         std::array::from_fn(|j| unsafe { std::slice::from_raw_parts(t.w.add(j * k), k) });
     let mut acc = [[[0.0f32; 16]; NR]; MR];
     let full = k / 16 * 16;
@@ -239,8 +240,10 @@ mod x86 {
         // multiple of 32 with zeros so the full load stays in the buffer,
         // and w loads are masked to the row's last `rem` elements.
         let ld =
+            // SAFETY: as above: the bounds stated for these loads hold for this one.
             |p: *const u16| -> __m512bh { unsafe { transmute(_mm512_loadu_si512(p as *const _)) } };
         let ld_tail = |p: *const u16| -> __m512bh {
+            // SAFETY: as above; the mask limits the load to the row's last `rem` elements.
             unsafe { transmute(_mm512_maskz_loadu_epi16(mask, p as *const i16)) }
         };
         let mut acc = [[_mm512_setzero_ps(); NR]; MR];
@@ -358,13 +361,17 @@ mod x86 {
         // SAFETY (loads): off + 8 <= tail <= k inside every row; the tail
         // reads the 8-element stack copies.
         let ldx = |i: usize, off: usize| -> __m256 {
+            // SAFETY: as above: the bounds stated for these loads hold for this one.
             unsafe { _mm256_loadu_ps(t.x.add(i * t.ldx + off)) }
         };
         let ldw = |j: usize, off: usize| -> __m256 {
+            // SAFETY: as above: the bounds stated for these loads hold for this one.
             unsafe { widen8(_mm_loadu_si128(t.w.add(j * k + off) as *const __m128i)) }
         };
+        // SAFETY: the tail reads an 8-element stack copy.
         let ldx_tail = |i: usize| -> __m256 { unsafe { _mm256_loadu_ps(xb[i].as_ptr()) } };
         let ldw_tail = |j: usize| -> __m256 {
+            // SAFETY: the tail reads an 8-element stack copy.
             unsafe { widen8(_mm_loadu_si128(wb[j].as_ptr() as *const __m128i)) }
         };
         let mut acc = [[_mm256_setzero_ps(); NR]; MR];

@@ -56,6 +56,7 @@ unsafe fn portable_impl<const MR: usize, const NR: usize>(t: &Tile<f32, u16>) {
     let xs: [&[f32]; MR] =
         std::array::from_fn(|i| unsafe { std::slice::from_raw_parts(t.x.add(i * t.ldx), k) });
     let ws: [&[u16]; NR] =
+        // SAFETY: as above: row j of w holds k values.
         std::array::from_fn(|j| unsafe { std::slice::from_raw_parts(t.w.add(j * k), k) });
     let mut acc = [[[0.0f32; 16]; NR]; MR];
     let full = k / 16 * 16;
@@ -172,15 +173,18 @@ mod x86 {
         let rem = k % 16;
         let tail = steps * 16;
         let mask: __mmask16 = ((1u32 << rem) - 1) as __mmask16;
-        // SAFETY (all loads below): elements off..off+16 for off < tail lie
+        // SAFETY: (all loads below) elements off..off+16 for off < tail lie
         // inside every row; at `tail` the masked loads touch only the row's
         // last `rem` elements.
         let ldx = |i: usize, off: usize| unsafe { _mm512_loadu_ps(t.x.add(i * t.ldx + off)) };
+        // SAFETY: as above: the bounds stated for these loads hold for this one.
         let ldw = |j: usize, off: usize| unsafe {
             _mm512_cvtph_ps(_mm256_loadu_si256(t.w.add(j * k + off) as *const __m256i))
         };
         let ldx_tail =
+            // SAFETY: as above; the mask limits the load to the row's last `rem` elements.
             |i: usize| unsafe { _mm512_maskz_loadu_ps(mask, t.x.wrapping_add(i * t.ldx + tail)) };
+        // SAFETY: as above; the mask limits the load to the row's last `rem` elements.
         let ldw_tail = |j: usize| unsafe {
             _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(
                 mask,
@@ -296,13 +300,17 @@ mod x86 {
         // SAFETY (loads): off + 8 <= tail <= k inside every row; the tail
         // reads the 8-element stack copies.
         let ldx = |i: usize, off: usize| -> __m256 {
+            // SAFETY: as above: the bounds stated for these loads hold for this one.
             unsafe { _mm256_loadu_ps(t.x.add(i * t.ldx + off)) }
         };
         let ldw = |j: usize, off: usize| -> __m256 {
+            // SAFETY: as above: the bounds stated for these loads hold for this one.
             unsafe { _mm256_cvtph_ps(_mm_loadu_si128(t.w.add(j * k + off) as *const __m128i)) }
         };
+        // SAFETY: the tail reads an 8-element stack copy.
         let ldx_tail = |i: usize| -> __m256 { unsafe { _mm256_loadu_ps(xb[i].as_ptr()) } };
         let ldw_tail = |j: usize| -> __m256 {
+            // SAFETY: the tail reads an 8-element stack copy.
             unsafe { _mm256_cvtph_ps(_mm_loadu_si128(wb[j].as_ptr() as *const __m128i)) }
         };
         let mut acc = [[_mm256_setzero_ps(); NR]; MR];

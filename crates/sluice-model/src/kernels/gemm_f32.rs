@@ -52,6 +52,7 @@ unsafe fn portable_impl<const MR: usize, const NR: usize>(t: &Tile<f32, f32>) {
     let xs: [&[f32]; MR] =
         std::array::from_fn(|i| unsafe { std::slice::from_raw_parts(t.x.add(i * t.ldx), k) });
     let ws: [&[f32]; NR] =
+        // SAFETY: as above: row j of w holds k values.
         std::array::from_fn(|j| unsafe { std::slice::from_raw_parts(t.w.add(j * k), k) });
     let mut acc = [[[0.0f32; 16]; NR]; MR];
     let full = k / 16 * 16;
@@ -168,14 +169,17 @@ mod x86 {
         let rem = k % 16;
         let tail = steps * 16;
         let mask: __mmask16 = ((1u32 << rem) - 1) as __mmask16;
-        // SAFETY (all loads below): elements off..off+16 for off < tail lie
+        // SAFETY: (all loads below) elements off..off+16 for off < tail lie
         // inside every row; at `tail` the masked loads touch only the row's
         // last `rem` elements.
         let ldx = |i: usize, off: usize| unsafe { _mm512_loadu_ps(t.x.add(i * t.ldx + off)) };
+        // SAFETY: as above: the bounds stated for these loads hold for this one.
         let ldw = |j: usize, off: usize| unsafe { _mm512_loadu_ps(t.w.add(j * k + off)) };
         let ldx_tail =
+            // SAFETY: as above; the mask limits the load to the row's last `rem` elements.
             |i: usize| unsafe { _mm512_maskz_loadu_ps(mask, t.x.wrapping_add(i * t.ldx + tail)) };
         let ldw_tail =
+            // SAFETY: as above; the mask limits the load to the row's last `rem` elements.
             |j: usize| unsafe { _mm512_maskz_loadu_ps(mask, t.w.wrapping_add(j * k + tail)) };
         let mut acc = [[_mm512_setzero_ps(); NR]; MR];
         if STREAM {
@@ -277,14 +281,17 @@ mod x86 {
         let rem = k % 8;
         let tail = steps * 8;
         let mask = first_lanes(rem);
-        // SAFETY (all loads below): off + 8 <= tail <= k inside every row;
+        // SAFETY: (all loads below) off + 8 <= tail <= k inside every row;
         // at `tail` the masked loads touch only the last `rem` elements
         // (masked-off lanes never fault).
         let ldx = |i: usize, off: usize| unsafe { _mm256_loadu_ps(t.x.add(i * t.ldx + off)) };
+        // SAFETY: as above: the bounds stated for these loads hold for this one.
         let ldw = |j: usize, off: usize| unsafe { _mm256_loadu_ps(t.w.add(j * k + off)) };
         let ldx_tail =
+            // SAFETY: as above; the mask limits the load to the row's last `rem` elements.
             |i: usize| unsafe { _mm256_maskload_ps(t.x.wrapping_add(i * t.ldx + tail), mask) };
         let ldw_tail =
+            // SAFETY: as above; the mask limits the load to the row's last `rem` elements.
             |j: usize| unsafe { _mm256_maskload_ps(t.w.wrapping_add(j * k + tail), mask) };
         let mut acc = [[_mm256_setzero_ps(); NR]; MR];
         if STREAM {

@@ -25,7 +25,7 @@
 //!   different paths give different, equally valid roundings. Quantized
 //!   formats: the activation rows are quantized to the format's partner
 //!   (Q8_0 / Q8_1 / Q8_K, as llama.cpp does), each block contributes an
-//!   exact integer dot product scaled by one FMA, blocks in order (`quant.rs`
+//!   exact integer dot product scaled by one FMA, blocks in order (`quant/`
 //!   and each file of `formats/`); SIMD lanes hold output columns, so all
 //!   paths give the same bits, equal to `dot_row_reference`.
 //! - Paths (`KernelPath`), picked at run time by CPU feature detection, per
@@ -36,7 +36,10 @@
 //!   AVX2 + FMA (quantized: `pmaddubsw`), and portable Rust.
 //!   `SLUICE_KERNEL=portable|avx2|avx512|auto` or `set_kernel_path` cap the
 //!   path of every kernel family — matmul of every format, attention,
-//!   elementwise (`multiversion!`) — and `matmul_with` picks one per call.
+//!   RMSNorm, SwiGLU, residual add, RoPE, sampling (the last five through
+//!   `multiversion!`) — and `matmul_with` picks one per call. Every kernel
+//!   takes its path from `select_path`, which records it
+//!   (`last_kernel_path`).
 //!   The build needs no `-C target-cpu` and should not use one: SIMD code
 //!   is compiled with `#[target_feature]` and only called after detection,
 //!   so one binary runs everywhere and still uses AVX-512 where present.
@@ -55,32 +58,36 @@
 //!   dequantized first) kept for tests.
 
 mod dispatch;
-mod elementwise;
 mod formats;
 mod gemm;
 mod gemm_bf16;
 mod gemm_f16;
 mod gemm_f32;
+pub(crate) mod math;
 mod pool;
 mod quant;
 mod reduce;
+mod sync_ptr;
 
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod tests_quant;
 
-// For elementwise code outside `kernels/` (model ops, sampling) to adopt.
-#[allow(unused_imports)]
-pub(crate) use dispatch::multiversion;
+// The dispatch point, for the kernels outside `kernels/` (model ops,
+// attention, sampling).
+use dispatch::record_path;
+#[cfg(test)]
+pub(crate) use dispatch::thread_cap;
 pub use dispatch::{
-    cpu_features, kernel_path, kernel_path_bf16, kernel_path_f32, set_kernel_path, CpuFeatures,
-    KernelFamily, KernelPath,
+    cpu_features, kernel_path, kernel_path_bf16, kernel_path_f32, last_kernel_path,
+    set_kernel_path, CpuFeatures, KernelFamily, KernelPath,
 };
-pub use elementwise::{add_bias, axpy, dot, rms_norm, silu_mul, softmax_in_place};
+pub(crate) use dispatch::{multiversion, select_path};
 pub use formats::{FormatError, QuantFormat};
 pub use pool::{num_threads, set_num_threads};
 pub use quant::{dot_row_reference, quantized_activations, PackedWeight};
+pub(crate) use sync_ptr::SyncPtr;
 
 use gemm::Problem;
 use std::cell::RefCell;
@@ -347,6 +354,49 @@ fn float_view<'a, T: Copy>(
     copy
 }
 
+/// The bf16 GEMM of `p` on `path` (what `select_path` gave the bf16
+/// family): AVX-512 first rounds the activations to bf16 rows padded for
+/// `vdpbf16ps`, the other paths read `p.x` as it is.
+fn matmul_bf16(path: KernelPath, p: &Problem<'_, f32, u16>, out: &mut [f32], threads: usize) {
+    match path {
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx512 => {
+            let Problem {
+                x,
+                m,
+                k,
+                w,
+                n,
+                bias,
+                ldc,
+                ..
+            } = *p;
+            with_x_buffer(m * k.div_ceil(gemm_bf16::X_PAD) * gemm_bf16::X_PAD, |buf| {
+                // SAFETY: `select_path` returned Avx512, so the CPU has
+                // AVX-512F/BW/VL and AVX-512 BF16.
+                let ldx = unsafe { gemm_bf16::convert_x_avx512(x, m, k, buf) };
+                let p = Problem {
+                    x: &buf[..],
+                    ldx,
+                    m,
+                    k,
+                    w,
+                    n,
+                    bias,
+                    ldc,
+                };
+                // SAFETY: as above; the buffer rows are zero-padded.
+                unsafe { gemm::run(&gemm_bf16::AVX512, &p, out, threads) };
+            })
+        }
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `select_path` returned Avx2: AVX2 + FMA present.
+        KernelPath::Avx2 => unsafe { gemm::run(&gemm_bf16::AVX2, p, out, threads) },
+        // SAFETY: the portable kernel needs no CPU feature.
+        _ => unsafe { gemm::run(&gemm_bf16::PORTABLE, p, out, threads) },
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn matmul_impl(
     opts: MatmulOptions,
@@ -364,12 +414,11 @@ fn matmul_impl(
         expect_len("bias", b.len(), 1, n);
     }
     let threads = opts.threads.unwrap_or_else(num_threads).max(1);
-    let want = opts.path.unwrap_or_else(dispatch::requested_path);
-    let cpu = cpu_features();
+    let want = opts.path;
     match w {
         WeightRef::F32(w) => {
             expect_len("w", w.len(), n, k);
-            let path = cpu.clamp(KernelFamily::F32, want);
+            let path = select_path(KernelFamily::F32, want);
             let p = Problem {
                 x,
                 ldx: k,
@@ -380,7 +429,7 @@ fn matmul_impl(
                 bias,
                 ldc,
             };
-            // SAFETY: `clamp` only returns a path whose features this CPU
+            // SAFETY: `select_path` only returns a path whose features this CPU
             // has.
             unsafe {
                 match path {
@@ -395,7 +444,7 @@ fn matmul_impl(
         }
         WeightRef::F16(w) => {
             expect_len("w", w.len(), n, k);
-            let path = cpu.clamp(KernelFamily::F16, want);
+            let path = select_path(KernelFamily::F16, want);
             let p = Problem {
                 x,
                 ldx: k,
@@ -406,7 +455,7 @@ fn matmul_impl(
                 bias,
                 ldc,
             };
-            // SAFETY: `clamp` only returns a path whose features this CPU
+            // SAFETY: `select_path` only returns a path whose features this CPU
             // has.
             unsafe {
                 match path {
@@ -421,58 +470,18 @@ fn matmul_impl(
         }
         WeightRef::Bf16(w) => {
             expect_len("w", w.len(), n, k);
-            let path = cpu.clamp(KernelFamily::Bf16, want);
-            match path {
-                #[cfg(target_arch = "x86_64")]
-                KernelPath::Avx512 => {
-                    with_x_buffer(m * k.div_ceil(gemm_bf16::X_PAD) * gemm_bf16::X_PAD, |buf| {
-                        // SAFETY: `clamp` returned Avx512, so the CPU has
-                        // AVX-512F/BW/VL and AVX-512 BF16.
-                        let ldx = unsafe { gemm_bf16::convert_x_avx512(x, m, k, buf) };
-                        let p = Problem {
-                            x: &buf[..],
-                            ldx,
-                            m,
-                            k,
-                            w,
-                            n,
-                            bias,
-                            ldc,
-                        };
-                        // SAFETY: as above; the buffer rows are zero-padded.
-                        unsafe { gemm::run(&gemm_bf16::AVX512, &p, out, threads) };
-                    })
-                }
-                #[cfg(target_arch = "x86_64")]
-                KernelPath::Avx2 => {
-                    let p = Problem {
-                        x,
-                        ldx: k,
-                        m,
-                        k,
-                        w,
-                        n,
-                        bias,
-                        ldc,
-                    };
-                    // SAFETY: `clamp` returned Avx2: AVX2 + FMA present.
-                    unsafe { gemm::run(&gemm_bf16::AVX2, &p, out, threads) };
-                }
-                _ => {
-                    let p = Problem {
-                        x,
-                        ldx: k,
-                        m,
-                        k,
-                        w,
-                        n,
-                        bias,
-                        ldc,
-                    };
-                    // SAFETY: the portable kernel needs no CPU feature.
-                    unsafe { gemm::run(&gemm_bf16::PORTABLE, &p, out, threads) };
-                }
-            }
+            let path = select_path(KernelFamily::Bf16, want);
+            let p = Problem {
+                x,
+                ldx: k,
+                m,
+                k,
+                w,
+                n,
+                bias,
+                ldc,
+            };
+            matmul_bf16(path, &p, out, threads);
             path
         }
         WeightRef::Quant { format, data } => match format {
@@ -496,8 +505,8 @@ fn matmul_impl(
                     .row_bytes(k)
                     .unwrap_or_else(|e| panic!("matmul: {e}"));
                 expect_len("w (bytes)", data.len(), n, rb);
-                let path = cpu.clamp(KernelFamily::Quant, want);
-                quant::matmul_quant(
+                let path = select_path(KernelFamily::Quant, want);
+                let ran = quant::matmul_quant(
                     path,
                     threads,
                     x,
@@ -510,7 +519,9 @@ fn matmul_impl(
                     bias,
                     out,
                     ldc,
-                )
+                );
+                record_path(KernelFamily::Quant, ran);
+                ran
             }
         },
         WeightRef::Packed(pw) => {
@@ -520,8 +531,8 @@ fn matmul_impl(
                 pw.rows(),
                 pw.cols()
             );
-            let path = cpu.clamp(KernelFamily::Quant, want);
-            quant::matmul_quant(
+            let path = select_path(KernelFamily::Quant, want);
+            let ran = quant::matmul_quant(
                 path,
                 threads,
                 x,
@@ -534,7 +545,9 @@ fn matmul_impl(
                 bias,
                 out,
                 ldc,
-            )
+            );
+            record_path(KernelFamily::Quant, ran);
+            ran
         }
     }
 }

@@ -297,6 +297,16 @@ fn thread_counts_give_identical_bits() {
     }
 }
 
+/// Adds `bias` to every row of `x`: the separate add `matmul_bias` must
+/// equal.
+pub(super) fn add_bias(x: &mut [f32], bias: &[f32]) {
+    for row in x.chunks_exact_mut(bias.len()) {
+        for (v, b) in row.iter_mut().zip(bias) {
+            *v += b;
+        }
+    }
+}
+
 #[test]
 fn matmul_bias_equals_matmul_then_add() {
     let mut rng = Rng::new(11);

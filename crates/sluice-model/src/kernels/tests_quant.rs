@@ -22,6 +22,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::formats::f16_to_f32;
+use super::tests::add_bias;
 use super::*;
 use proptest::prelude::*;
 

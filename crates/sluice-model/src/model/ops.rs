@@ -5,14 +5,14 @@
 //! layers, but a long prefill still spends real time here (SwiGLU alone
 //! touches 4096 × 4864 values per layer at 32 × 128 prompt tokens), so each
 //! is compiled for AVX-512 and AVX2 as well as the baseline (the same
-//! source, vectorised by the compiler for each) and split over the kernel
-//! threads when the batch is large. The arithmetic order follows
+//! source, vectorised by the compiler for each; `kernels::multiversion!`
+//! runs the path the kernels' one dispatch picks for the op's family) and
+//! split over the kernel threads when the batch is large. The arithmetic order follows
 //! transformers' f32 code (normalise, then scale by the weight), and a row's
 //! result never depends on the other rows or on the path's thread split.
 
-use super::SyncPtr;
-use crate::attention::{dot, exp_f32};
-use crate::kernels::{num_threads, parallel_for};
+use crate::kernels::math::{dot, exp_f32};
+use crate::kernels::{multiversion, num_threads, parallel_for, SyncPtr};
 
 /// Below this many values an op runs on the calling thread (waking the
 /// pool would cost more than it saves).
@@ -33,36 +33,7 @@ fn for_row_ranges(num_rows: usize, row_width: usize, f: impl Fn(std::ops::Range<
     });
 }
 
-/// Picks the widest compiled version of an op for this CPU.
-macro_rules! multiversion {
-    ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),*) $body:block) => {
-        $(#[$doc])*
-        pub fn $name($($arg: $ty),*) {
-            #[inline(always)]
-            fn generic($($arg: $ty),*) $body
-            #[cfg(target_arch = "x86_64")]
-            {
-                #[target_feature(enable = "avx512f,avx2,fma")]
-                unsafe fn avx512($($arg: $ty),*) { generic($($arg),*) }
-                #[target_feature(enable = "avx2,fma")]
-                unsafe fn avx2($($arg: $ty),*) { generic($($arg),*) }
-                if std::arch::is_x86_feature_detected!("avx512f") {
-                    // SAFETY: the CPU has the features `avx512` is built for.
-                    return unsafe { avx512($($arg),*) };
-                }
-                if std::arch::is_x86_feature_detected!("avx2")
-                    && std::arch::is_x86_feature_detected!("fma")
-                {
-                    // SAFETY: as above.
-                    return unsafe { avx2($($arg),*) };
-                }
-            }
-            generic($($arg),*)
-        }
-    };
-}
-
-multiversion! {
+multiversion! { RmsNorm;
     /// `out[t] = x[t] / rms(x[t]) * weight` for rows of `weight.len()`.
     fn rms_norm_rows(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) {
         let width = weight.len();
@@ -76,10 +47,10 @@ multiversion! {
     }
 }
 
-multiversion! {
+multiversion! { RmsNorm;
     /// Every `weight.len()`-wide chunk of `x` (one head) RMS-normalised in
     /// place and scaled by `weight`, in `rms_norm_rows`' arithmetic order.
-    fn rms_norm_heads_in_place(x: &mut [f32], weight: &[f32], eps: f32) {
+    pub fn rms_norm_heads_in_place(x: &mut [f32], weight: &[f32], eps: f32) {
         let width = weight.len();
         for head in x.chunks_exact_mut(width) {
             let mean_square = dot::<false>(head, head) / width as f32;
@@ -91,7 +62,7 @@ multiversion! {
     }
 }
 
-multiversion! {
+multiversion! { SwiGlu;
     /// `out[t] = silu(gate[t]) * up[t]` for rows `[gate | up]` of `2 × width`.
     fn silu_mul_rows(gate_up: &[f32], width: usize, out: &mut [f32]) {
         for (row, dst) in gate_up.chunks_exact(2 * width).zip(out.chunks_exact_mut(width)) {
@@ -104,7 +75,7 @@ multiversion! {
     }
 }
 
-multiversion! {
+multiversion! { Residual;
     /// `acc += x`.
     fn add_assign_flat(acc: &mut [f32], x: &[f32]) {
         for (a, &b) in acc.iter_mut().zip(x) {
@@ -156,6 +127,61 @@ pub fn add_assign(acc: &mut [f32], x: &[f32], width: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::{last_kernel_path, thread_cap, KernelFamily, KernelPath};
+    use crate::model::Rope;
+
+    /// Every op of this file and RoPE, on `path` (inputs small enough to
+    /// stay on the calling thread, whose cap `thread_cap` sets): the bits of
+    /// each output.
+    fn run_ops(path: KernelPath) -> Vec<Vec<u32>> {
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let width = 96;
+        let x: Vec<f32> = (0..4 * 2 * width)
+            .map(|i| ((i * 37) % 101) as f32 / 9.0 - 5.0)
+            .collect();
+        let w: Vec<f32> = (0..width).map(|i| 0.5 + i as f32 / 64.0).collect();
+        thread_cap::with(path, || {
+            let mut normed = vec![0.0; x.len()];
+            rms_norm(&x, &w, 1e-6, &mut normed);
+            let mut heads = x.clone();
+            rms_norm_heads_in_place(&mut heads, &w[..32], 1e-6);
+            let mut act = vec![0.0; x.len() / 2];
+            silu_mul(&x, width, &mut act);
+            let mut acc = normed.clone();
+            add_assign(&mut acc, &x, width);
+            let (cos, sin): (Vec<f32>, Vec<f32>) = (0..16)
+                .map(|i| ((i as f32) * 0.3).sin_cos())
+                .map(|(s, c)| (c, s))
+                .unzip();
+            let mut rotated = x.clone();
+            Rope::apply(&mut rotated, 32, &cos, &sin);
+            vec![
+                bits(&normed),
+                bits(&heads),
+                bits(&act),
+                bits(&acc),
+                bits(&rotated),
+            ]
+        })
+    }
+
+    /// The compiled-loop families perform the same IEEE operations in the
+    /// same order on every path, so every path gives the portable bits.
+    #[test]
+    fn every_path_gives_the_portable_bits() {
+        let portable = run_ops(KernelPath::Portable);
+        for path in [KernelPath::Avx2, KernelPath::Avx512] {
+            assert_eq!(run_ops(path), portable, "{path}");
+        }
+        for f in [
+            KernelFamily::RmsNorm,
+            KernelFamily::SwiGlu,
+            KernelFamily::Residual,
+            KernelFamily::Rope,
+        ] {
+            assert!(last_kernel_path(f).is_some(), "{f:?} never dispatched");
+        }
+    }
 
     #[test]
     fn rms_norm_of_constant_row_is_the_weight() {

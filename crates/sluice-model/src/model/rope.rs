@@ -4,9 +4,12 @@
 //! Promises: the inverse frequencies and angles are computed the way
 //! transformers computes them (f32 `theta^(2i/d)`, f32 `position ·
 //! inv_freq`, then cos/sin), so positions land on the same values as the
-//! reference to within a rounding of cos/sin.
+//! reference to within a rounding of cos/sin. The rotation is compiled for
+//! every kernel path of `KernelFamily::Rope` (same operations in the same
+//! order on each, so the same bits).
 
 use crate::config::{ModelConfig, RopeScaling};
+use crate::kernels::multiversion;
 
 /// Inverse frequencies of one model; tables per step are built by
 /// [`Rope::cos_sin`].
@@ -89,6 +92,15 @@ impl Rope {
     /// one position's `cos` / `sin` row.
     #[inline]
     pub fn apply(x: &mut [f32], head_dim: usize, cos: &[f32], sin: &[f32]) {
+        rotate_half(x, head_dim, cos, sin);
+    }
+}
+
+multiversion! { Rope;
+    /// "Rotate half" of every `head_dim`-wide head of `x`: the pairs
+    /// `(x[i], x[i + head_dim/2])` turned by the angle of `cos[i]` /
+    /// `sin[i]`.
+    fn rotate_half(x: &mut [f32], head_dim: usize, cos: &[f32], sin: &[f32]) {
         let half = head_dim / 2;
         for head in x.chunks_exact_mut(head_dim) {
             let (x1, x2) = head.split_at_mut(half);

@@ -4,7 +4,11 @@
 //!
 //! Only IEEE-754 basic operations (no fused multiply-add, whose use would
 //! depend on the target) are used on the sampling path, so a token choice is
-//! bit-for-bit the same on every platform.
+//! bit-for-bit the same on every platform. Each loop is compiled for every
+//! path of `KernelFamily::Sampling` (`kernels::multiversion!`), which the
+//! kernels' one dispatch picks from.
+
+use crate::kernels::multiversion;
 
 /// Elements per block: small enough that a block stays in L1 between the
 /// exponential pass and its sum, large enough that the per-block bookkeeping
@@ -56,63 +60,6 @@ pub(crate) fn exp_nonpos(x: f32) -> f32 {
     } else {
         0.0
     }
-}
-
-/// Defines `fn $name` from a body compiled three times (AVX-512F, AVX2 and
-/// the baseline target) and picks the widest the CPU supports at run time.
-/// All versions perform the same IEEE operations in the same order: Rust
-/// never contracts into fused multiply-adds, and the lane accumulators fix
-/// the summation order. Results are therefore bit-identical; only the
-/// vector width, hence the speed, differs.
-macro_rules! multiversion {
-    ($(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
-        $(#[$m])*
-        $vis fn $name($($arg: $ty),*) $(-> $ret)? {
-            #[inline(always)]
-            fn generic($($arg: $ty),*) $(-> $ret)? $body
-            #[cfg(target_arch = "x86_64")]
-            {
-                #[target_feature(enable = "avx512f")]
-                fn avx512($($arg: $ty),*) $(-> $ret)? {
-                    generic($($arg),*)
-                }
-                #[target_feature(enable = "avx2")]
-                fn avx2($($arg: $ty),*) $(-> $ret)? {
-                    generic($($arg),*)
-                }
-                let cap = $crate::sampling::kernels::simd_cap();
-                if cap >= 2 && std::arch::is_x86_feature_detected!("avx512f") {
-                    // SAFETY: the CPU supports AVX-512F (checked just above).
-                    return unsafe { avx512($($arg),*) };
-                }
-                if cap >= 1 && std::arch::is_x86_feature_detected!("avx2") {
-                    // SAFETY: the CPU supports AVX2 (checked just above).
-                    return unsafe { avx2($($arg),*) };
-                }
-            }
-            generic($($arg),*)
-        }
-    };
-}
-pub(crate) use multiversion;
-
-/// Widest instruction set [`multiversion!`] may pick: 2 = AVX-512, 1 = AVX2,
-/// 0 = baseline. Always 2 outside tests; tests lower it on their own thread
-/// to check that every version gives bit-identical results.
-#[cfg(not(test))]
-#[inline(always)]
-pub(crate) fn simd_cap() -> u8 {
-    2
-}
-
-#[cfg(test)]
-thread_local! {
-    pub(crate) static SIMD_CAP: std::cell::Cell<u8> = const { std::cell::Cell::new(2) };
-}
-
-#[cfg(test)]
-pub(crate) fn simd_cap() -> u8 {
-    SIMD_CAP.with(|c| c.get())
 }
 
 /// Largest element ignoring NaN; -inf for an empty or all-NaN slice.
@@ -174,14 +121,14 @@ fn count_lanes(x: &[f32], pred: impl Fn(f32) -> bool) -> usize {
     n
 }
 
-multiversion! {
+multiversion! { Sampling;
     /// Largest element ignoring NaN; -inf for an empty or all-NaN slice.
     pub(crate) fn max(x: &[f32]) -> f32 {
         max_lanes(x)
     }
 }
 
-multiversion! {
+multiversion! { Sampling;
     /// Index of the first maximum (as `torch.argmax`), NaN counting as -inf.
     /// 0 when the slice is empty or holds nothing but -inf / NaN.
     ///
@@ -203,7 +150,7 @@ multiversion! {
     }
 }
 
-multiversion! {
+multiversion! { Sampling;
     /// Number of elements whose logprob `(x - max) - ln_sum` is `>= lp`
     /// (NaN elements never are): the rank of a token with logprob `lp`.
     pub(crate) fn count_logprob_ge(x: &[f32], max: f32, ln_sum: f32, lp: f32) -> usize {
@@ -211,7 +158,7 @@ multiversion! {
     }
 }
 
-multiversion! {
+multiversion! { Sampling;
     /// Divides every logit by `temperature` (unless it is 1), maps NaN to
     /// -inf, and returns the maximum. Division rather than multiplication by
     /// `1/t` because that is what vLLM's `apply_temperature` computes.
@@ -241,7 +188,7 @@ multiversion! {
     }
 }
 
-multiversion! {
+multiversion! { Sampling;
     /// Sum of `exp(x_i - max)` over a row (NaN counting as -inf), accumulated
     /// per block in f32 lanes and across blocks in f64. `max` must be finite.
     pub(crate) fn sum_exp_shifted(x: &[f32], max: f32) -> f64 {
@@ -258,7 +205,7 @@ multiversion! {
     }
 }
 
-multiversion! {
+multiversion! { Sampling;
     /// Turns scaled logits into unnormalised probabilities in place:
     /// `e_i = exp(l_i - max)`, or 0 for tokens below `floor` (top-k) or with
     /// `e_i < min_ratio` (min-p, whose threshold `p_i < min_p * p_max` is

@@ -5,7 +5,8 @@
 //! The id tie-break makes every result a function of the input alone, not of
 //! the (unstable) sort or selection algorithm std happens to use.
 
-use super::kernels::{exponent_bucket, multiversion, ExpHist};
+use super::kernels::{exponent_bucket, ExpHist};
+use crate::kernels::multiversion;
 use std::cmp::Ordering;
 
 /// True when `a` ranks below `b`.
@@ -129,7 +130,7 @@ fn any_gt(x: &[f32], t: f32) -> bool {
 /// current threshold is skipped after one vectorised check.
 const SKIP_BLOCK: usize = 64;
 
-multiversion! {
+multiversion! { Sampling;
     /// [`TopN::extend_row`]. Once the heap is full only values strictly
     /// above its root can enter (ids only grow along the row, so an equal
     /// value loses the tie-break), and whole blocks below the root are
@@ -179,7 +180,7 @@ fn any_ge(x: &[f32], t: f32) -> bool {
     hit
 }
 
-multiversion! {
+multiversion! { Sampling;
     /// Every (value, id) of `row` with value `>= floor`, in id order.
     /// Branch-free compaction within each block (a write per element, the
     /// length advancing only on a hit): survivors are scattered, so a branch
@@ -204,7 +205,7 @@ multiversion! {
     }
 }
 
-multiversion! {
+multiversion! { Sampling;
     /// The `k`-th largest value of `row` (-inf if fewer than `k` values
     /// exceed -inf; NaN must already be mapped to -inf), without sorting or
     /// copying the row: values above a running threshold are buffered, and

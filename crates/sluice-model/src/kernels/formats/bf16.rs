@@ -1,13 +1,11 @@
 //! BF16: the top half of an f32, little-endian. Runs on the bf16 GEMM.
 
 use super::{le16, FormatInfo, QuantFormat};
+use sluice_gguf::GgmlType;
 
 pub(crate) const INFO: FormatInfo = FormatInfo {
     format: QuantFormat::Bf16,
-    name: "BF16",
-    ggml_type: 30,
-    block_size: 1,
-    block_bytes: 2,
+    ggml: GgmlType::BF16,
     dequantize,
     quantize: Some(quantize),
     kernels: None,

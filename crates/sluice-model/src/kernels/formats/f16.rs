@@ -2,13 +2,11 @@
 //! (`gemm_f16.rs`: widened exactly to f32, f32 FMAs).
 
 use super::{f16_to_f32, f32_to_f16, le16, FormatInfo, QuantFormat};
+use sluice_gguf::GgmlType;
 
 pub(crate) const INFO: FormatInfo = FormatInfo {
     format: QuantFormat::F16,
-    name: "F16",
-    ggml_type: 1,
-    block_size: 1,
-    block_bytes: 2,
+    ggml: GgmlType::F16,
     dequantize,
     quantize: Some(quantize),
     kernels: None,

@@ -1,13 +1,11 @@
 //! F32: one little-endian IEEE single per element. Runs on the f32 GEMM.
 
 use super::{FormatInfo, QuantFormat};
+use sluice_gguf::GgmlType;
 
 pub(crate) const INFO: FormatInfo = FormatInfo {
     format: QuantFormat::F32,
-    name: "F32",
-    ggml_type: 0,
-    block_size: 1,
-    block_bytes: 4,
+    ggml: GgmlType::F32,
     dequantize,
     quantize: Some(quantize),
     kernels: None,

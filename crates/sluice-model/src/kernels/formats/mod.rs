@@ -1,9 +1,11 @@
 //! The weight-format table: every GGUF tensor type the kernels take
 //! directly, one file each.
 //!
-//! Owns: for each format, its block geometry (elements per block, bytes per
-//! block, ggml's row layout), `dequantize_row` (bytes → f32, equal bit for
-//! bit to the `gguf` Python package's `gguf.quants.dequantize`), the
+//! Owns: for each format, its ggml row layout (the block geometry —
+//! elements and bytes per block — and the name and id are those of its
+//! `sluice_gguf::GgmlType`, written once there), `dequantize_row` (bytes
+//! → f32, equal bit for bit to the `gguf` Python package's
+//! `gguf.quants.dequantize`), the
 //! quantizers that exist (`quantize_row`, equal bit for bit to
 //! `gguf.quants.quantize`), and — for the block-quantized integer formats —
 //! the matmul kernels (`QuantKernels`: the activation partner, the 16-row
@@ -36,6 +38,7 @@ pub(crate) mod q6_k;
 pub(crate) mod q8_0;
 
 use super::quant::QuantKernels;
+use sluice_gguf::GgmlType;
 use std::fmt;
 
 /// A weight format, by its GGUF / ggml name.
@@ -60,14 +63,9 @@ pub(crate) type QuantizeFn = fn(x: &[f32], blocks: &mut [u8]);
 /// One row of the table.
 pub(crate) struct FormatInfo {
     pub format: QuantFormat,
-    /// ggml's name (`GGMLQuantizationType` in gguf-py).
-    pub name: &'static str,
-    /// ggml's type id, as stored in a GGUF tensor info.
-    pub ggml_type: u32,
-    /// Elements per block.
-    pub block_size: usize,
-    /// Bytes per block.
-    pub block_bytes: usize,
+    /// The file's type: its name, id and block geometry (elements and bytes
+    /// per block) are `GgmlType`'s, written once there.
+    pub ggml: GgmlType,
     /// `blocks.len() == out.len() / block_size * block_bytes`, checked by
     /// the caller.
     pub dequantize: fn(blocks: &[u8], out: &mut [f32]),
@@ -137,12 +135,12 @@ impl QuantFormat {
 
     /// ggml's name: `F32`, `F16`, `BF16`, `Q8_0`, ..., `Q4_K`, `Q5_K`, `Q6_K`.
     pub fn name(self) -> &'static str {
-        self.info().name
+        self.info().ggml.name()
     }
 
     /// The format of a ggml type id (a GGUF tensor's `type`), if supported.
     pub fn from_ggml_type(id: u32) -> Option<QuantFormat> {
-        Self::ALL.into_iter().find(|f| f.info().ggml_type == id)
+        Self::ALL.into_iter().find(|f| f.info().ggml.id() == id)
     }
 
     /// The format of a ggml name, case-insensitively (`q4_k`, `Q8_0`, `bf16`).
@@ -154,17 +152,22 @@ impl QuantFormat {
 
     /// ggml's type id.
     pub fn ggml_type(self) -> u32 {
-        self.info().ggml_type
+        self.info().ggml.id()
+    }
+
+    /// The file's type of this format.
+    pub fn ggml(self) -> GgmlType {
+        self.info().ggml
     }
 
     /// Elements per block (1 for the float formats).
     pub fn block_size(self) -> usize {
-        self.info().block_size
+        self.info().ggml.block_size() as usize
     }
 
     /// Bytes per block.
     pub fn block_bytes(self) -> usize {
-        self.info().block_bytes
+        self.info().ggml.type_size() as usize
     }
 
     /// Whether the format is one of F32 / F16 / BF16.
@@ -175,15 +178,15 @@ impl QuantFormat {
     /// Bytes of a row of `elements`, or an error if the row is not a whole
     /// number of blocks.
     pub fn row_bytes(self, elements: usize) -> Result<usize, FormatError> {
-        let info = self.info();
-        if !elements.is_multiple_of(info.block_size) {
+        let block = self.block_size();
+        if !elements.is_multiple_of(block) {
             return Err(FormatError::RowLength {
                 format: self,
                 len: elements,
-                block: info.block_size,
+                block,
             });
         }
-        Ok(elements / info.block_size * info.block_bytes)
+        Ok(elements / block * self.block_bytes())
     }
 
     /// Bytes of a `[rows × cols]` tensor (`None` on overflow or a partial

@@ -15,17 +15,16 @@
 
 use super::{f16_to_f32, f32_to_f16, le16, pack_nibbles, FormatInfo, QuantFormat};
 use crate::kernels::quant::{ActBlock, ActKind, QuantKernels, PANEL};
+use sluice_gguf::GgmlType;
 
-const BLOCK: usize = 32;
-const BYTES: usize = 18;
+// The geometry is ggml's, from `GgmlType`'s table.
+const BLOCK: usize = GgmlType::Q4_0.block_size() as usize;
+const BYTES: usize = GgmlType::Q4_0.type_size() as usize;
 const PANEL_BLOCK: usize = PANEL * BYTES;
 
 pub(crate) const INFO: FormatInfo = FormatInfo {
     format: QuantFormat::Q4_0,
-    name: "Q4_0",
-    ggml_type: 2,
-    block_size: BLOCK,
-    block_bytes: BYTES,
+    ggml: GgmlType::Q4_0,
     dequantize,
     quantize: Some(quantize),
     kernels: Some(&KERNELS),
@@ -135,7 +134,7 @@ mod x86 {
         let m4 = _mm512_set1_epi8(0x0F);
         let mut acc = [_mm512_setzero_ps(); MR];
         for b in 0..t.nb {
-            // SAFETY (all reads below): the panel holds `nb` panel blocks;
+            // SAFETY: (all reads below) the panel holds `nb` panel blocks;
             // activation row i has `nb` blocks (see `QTile`).
             unsafe {
                 let pb = t.w.add(b * PANEL_BLOCK);

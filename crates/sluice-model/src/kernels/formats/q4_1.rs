@@ -14,17 +14,16 @@
 use super::q4_0::nibbles;
 use super::{f16_to_f32, f32_to_f16, le16, pack_nibbles, FormatInfo, QuantFormat};
 use crate::kernels::quant::{ActBlock, ActKind, QuantKernels, PANEL};
+use sluice_gguf::GgmlType;
 
-const BLOCK: usize = 32;
-const BYTES: usize = 20;
+// The geometry is ggml's, from `GgmlType`'s table.
+const BLOCK: usize = GgmlType::Q4_1.block_size() as usize;
+const BYTES: usize = GgmlType::Q4_1.type_size() as usize;
 const PANEL_BLOCK: usize = PANEL * BYTES;
 
 pub(crate) const INFO: FormatInfo = FormatInfo {
     format: QuantFormat::Q4_1,
-    name: "Q4_1",
-    ggml_type: 3,
-    block_size: BLOCK,
-    block_bytes: BYTES,
+    ggml: GgmlType::Q4_1,
     dequantize,
     quantize: Some(quantize),
     kernels: Some(&KERNELS),
@@ -127,7 +126,7 @@ mod x86 {
         let m4 = _mm512_set1_epi8(0x0F);
         let mut acc = [_mm512_setzero_ps(); MR];
         for b in 0..t.nb {
-            // SAFETY (all reads below): the panel holds `nb` panel blocks;
+            // SAFETY: (all reads below) the panel holds `nb` panel blocks;
             // activation row i has `nb` blocks (see `QTile`).
             unsafe {
                 let pb = t.w.add(b * PANEL_BLOCK);

@@ -21,19 +21,18 @@
 
 use super::{f16_to_f32, k_scales_mins, le16, FormatInfo, QuantFormat};
 use crate::kernels::quant::{ActBlock, ActKind, QuantKernels};
+use sluice_gguf::GgmlType;
 
-const BLOCK: usize = 256;
-const BYTES: usize = 144;
+// The geometry is ggml's, from `GgmlType`'s table.
+const BLOCK: usize = GgmlType::Q4_K.block_size() as usize;
+const BYTES: usize = GgmlType::Q4_K.type_size() as usize;
 pub(crate) const PANEL_BLOCK: usize = 2368;
 /// Where the interleaved nibbles start in a panel block.
 const QS: usize = 320;
 
 pub(crate) const INFO: FormatInfo = FormatInfo {
     format: QuantFormat::Q4K,
-    name: "Q4_K",
-    ggml_type: 12,
-    block_size: BLOCK,
-    block_bytes: BYTES,
+    ggml: GgmlType::Q4_K,
     dequantize,
     quantize: None,
     kernels: Some(&KERNELS),
@@ -216,7 +215,7 @@ pub(crate) mod x86 {
         let b4 = _mm512_set1_epi8(0x10);
         let mut acc = [_mm512_setzero_ps(); MR];
         for b in 0..t.nb {
-            // SAFETY (all reads below): the panel holds `nb` panel blocks;
+            // SAFETY: (all reads below) the panel holds `nb` panel blocks;
             // activation row i has `nb` blocks of 256 quants and 16 sums
             // (see `QTile`).
             unsafe {

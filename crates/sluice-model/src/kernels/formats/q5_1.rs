@@ -13,17 +13,16 @@
 use super::q5_0::{pack5, pack_masks, unpack_masks, values5};
 use super::{f16_to_f32, f32_to_f16, le16, le32, FormatInfo, QuantFormat};
 use crate::kernels::quant::{ActBlock, ActKind, QuantKernels, PANEL};
+use sluice_gguf::GgmlType;
 
-const BLOCK: usize = 32;
-const BYTES: usize = 24;
+// The geometry is ggml's, from `GgmlType`'s table.
+const BLOCK: usize = GgmlType::Q5_1.block_size() as usize;
+const BYTES: usize = GgmlType::Q5_1.type_size() as usize;
 const PANEL_BLOCK: usize = PANEL * BYTES;
 
 pub(crate) const INFO: FormatInfo = FormatInfo {
     format: QuantFormat::Q5_1,
-    name: "Q5_1",
-    ggml_type: 7,
-    block_size: BLOCK,
-    block_bytes: BYTES,
+    ggml: GgmlType::Q5_1,
     dequantize,
     quantize: Some(quantize),
     kernels: Some(&KERNELS),
@@ -134,7 +133,7 @@ mod x86 {
         let b4 = _mm512_set1_epi8(0x10);
         let mut acc = [_mm512_setzero_ps(); MR];
         for b in 0..t.nb {
-            // SAFETY (all reads below): the panel holds `nb` panel blocks;
+            // SAFETY: (all reads below) the panel holds `nb` panel blocks;
             // activation row i has `nb` blocks (see `QTile`).
             unsafe {
                 let pb = t.w.add(b * PANEL_BLOCK);

@@ -16,19 +16,18 @@
 use super::q4_k::{finish, min_sum, pack_head, pack_qs, sub_nibbles, unpack_head, unpack_qs};
 use super::{f16_to_f32, k_scales_mins, le16, FormatInfo, QuantFormat};
 use crate::kernels::quant::{ActBlock, ActKind, QuantKernels};
+use sluice_gguf::GgmlType;
 
-const BLOCK: usize = 256;
-const BYTES: usize = 176;
+// The geometry is ggml's, from `GgmlType`'s table.
+const BLOCK: usize = GgmlType::Q5_K.block_size() as usize;
+const BYTES: usize = GgmlType::Q5_K.type_size() as usize;
 pub(crate) const PANEL_BLOCK: usize = 2880;
 const MASKS: usize = 320;
 const QS: usize = 832;
 
 pub(crate) const INFO: FormatInfo = FormatInfo {
     format: QuantFormat::Q5K,
-    name: "Q5_K",
-    ggml_type: 13,
-    block_size: BLOCK,
-    block_bytes: BYTES,
+    ggml: GgmlType::Q5_K,
     dequantize,
     quantize: None,
     kernels: Some(&KERNELS),

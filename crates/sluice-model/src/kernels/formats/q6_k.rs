@@ -23,9 +23,11 @@
 
 use super::{f16_to_f32, le16, FormatInfo, QuantFormat};
 use crate::kernels::quant::{ActBlock, ActKind, QuantKernels};
+use sluice_gguf::GgmlType;
 
-const BLOCK: usize = 256;
-const BYTES: usize = 210;
+// The geometry is ggml's, from `GgmlType`'s table.
+const BLOCK: usize = GgmlType::Q6_K.block_size() as usize;
+const BYTES: usize = GgmlType::Q6_K.type_size() as usize;
 const PANEL_BLOCK: usize = 3360;
 const SC: usize = 32;
 const QL: usize = 288;
@@ -33,10 +35,7 @@ const QH: usize = 2336;
 
 pub(crate) const INFO: FormatInfo = FormatInfo {
     format: QuantFormat::Q6K,
-    name: "Q6_K",
-    ggml_type: 14,
-    block_size: BLOCK,
-    block_bytes: BYTES,
+    ggml: GgmlType::Q6_K,
     dequantize,
     quantize: None,
     kernels: Some(&KERNELS),
@@ -205,7 +204,7 @@ mod x86 {
         let m4 = _mm512_set1_epi8(0x0F);
         let mut acc = [_mm512_setzero_ps(); MR];
         for b in 0..t.nb {
-            // SAFETY (all reads below): the panel holds `nb` panel blocks;
+            // SAFETY: (all reads below) the panel holds `nb` panel blocks;
             // activation row i has `nb` blocks of 256 quants and 16 sums
             // (see `QTile`).
             unsafe {

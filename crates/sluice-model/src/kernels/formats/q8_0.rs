@@ -1,7 +1,7 @@
 //! Q8_0: blocks of 32 elements, 34 bytes: `d` (f16), then 32 signed bytes
 //! `q`; value `d · q`.
 //!
-//! Matmul (activation partner Q8_0, see `quant.rs`): for each block, in
+//! Matmul (activation partner Q8_0, see `quant/`): for each block, in
 //! order, `acc = fma(f32(Σ q·qx), f32(d) · dx, acc)` with the integer sum
 //! exact.
 //!
@@ -15,17 +15,16 @@
 
 use super::{f16_to_f32, f32_to_f16, le16, FormatInfo, QuantFormat};
 use crate::kernels::quant::{ActBlock, ActKind, QuantKernels, PANEL};
+use sluice_gguf::GgmlType;
 
-const BLOCK: usize = 32;
-const BYTES: usize = 34;
+// The geometry is ggml's, from `GgmlType`'s table.
+const BLOCK: usize = GgmlType::Q8_0.block_size() as usize;
+const BYTES: usize = GgmlType::Q8_0.type_size() as usize;
 const PANEL_BLOCK: usize = PANEL * BYTES;
 
 pub(crate) const INFO: FormatInfo = FormatInfo {
     format: QuantFormat::Q8_0,
-    name: "Q8_0",
-    ggml_type: 8,
-    block_size: BLOCK,
-    block_bytes: BYTES,
+    ggml: GgmlType::Q8_0,
     dequantize,
     quantize: Some(quantize),
     kernels: Some(&KERNELS),
@@ -121,7 +120,7 @@ mod x86 {
     unsafe fn avx512<const MR: usize>(t: &QTile) {
         let mut acc = [_mm512_setzero_ps(); MR];
         for b in 0..t.nb {
-            // SAFETY (all reads below): the panel holds `nb` panel blocks;
+            // SAFETY: (all reads below) the panel holds `nb` panel blocks;
             // activation row i has `nb` blocks of 32 quants, `nb` scales and
             // sums (see `QTile`).
             unsafe {
