@@ -513,38 +513,17 @@ fn prepare(
         .collect();
     let executor: Box<dyn Executor> = match (sim, &loaded) {
         (Some(sim), _) => {
-            let shape = simulated_shape(resolved.as_ref(), &model_config)?;
-            let tp = sim.tensor_parallel_size;
-            let (profile, step_model) = load_profile(&sim.profile, &shape, tp)?;
-            let blocks = match sched.num_gpu_blocks_override {
-                Some(n) => n,
-                None => {
-                    simulated_kv_blocks(
-                        &profile,
-                        &shape,
-                        tp,
-                        SIMULATED_GPU_MEMORY_UTILIZATION,
-                        sched.block_size,
-                    )?
-                    .0
-                }
-            };
             // Token ids the tokenizer can decode and the model could emit.
             let vocab = model_config.vocab_size.min(tokenizer.vocab_size());
-            let exec = SimulatedExecutor::new(
-                step_model,
-                blocks,
-                sched.block_size,
+            let shape = simulated_shape(resolved.as_ref(), &model_config)?;
+            Box::new(simulated_executor(
+                sim,
+                &shape,
+                sched,
                 vocab,
                 model.model_seed,
-            )
-            .with_excluded_tokens(eos_ids);
-            eprintln!(
-                "sluice: simulated executor: no weights loaded; steps take the time --profile {} \
-                 predicts (tensor parallel {tp}), {blocks} KV blocks",
-                sim.profile
-            );
-            Box::new(exec)
+                eos_ids,
+            )?)
         }
         (None, Some(loaded)) => {
             let request = BackendRequest {
@@ -553,11 +532,10 @@ fn prepare(
                 kv_cache_size: kv_size,
                 seed: model.model_seed,
             };
-            let exec = BackendRegistry::default()
+            BackendRegistry::default()
                 .create(&model.backend, &request)
                 .context(kv_flag)
-                .map_err(config_error)?;
-            exec
+                .map_err(config_error)?
         }
         (None, None) => anyhow::bail!("internal: no model loaded"),
     };
@@ -582,6 +560,42 @@ fn prepare(
         tokenizer: Arc::new(tokenizer),
         model_name,
     })
+}
+
+/// `serve --executor simulated`'s executor: no weights, steps timed by
+/// `sim`'s profile, a KV pool sized from `shape` (or the override).
+fn simulated_executor(
+    sim: &Simulation,
+    shape: &sluice_sim::ModelShape,
+    sched: &SchedulerArgs,
+    vocab: usize,
+    seed: u64,
+    eos_ids: Vec<TokenId>,
+) -> Result<SimulatedExecutor> {
+    let tp = sim.tensor_parallel_size;
+    let (profile, step_model) = load_profile(&sim.profile, shape, tp)?;
+    let blocks = match sched.num_gpu_blocks_override {
+        Some(n) => n,
+        None => {
+            simulated_kv_blocks(
+                &profile,
+                shape,
+                tp,
+                SIMULATED_GPU_MEMORY_UTILIZATION,
+                sched.block_size,
+            )?
+            .0
+        }
+    };
+    eprintln!(
+        "sluice: simulated executor: no weights loaded; steps take the time --profile {} \
+         predicts (tensor parallel {tp}), {blocks} KV blocks",
+        sim.profile
+    );
+    Ok(
+        SimulatedExecutor::new(step_model, blocks, sched.block_size, vocab, seed)
+            .with_excluded_tokens(eos_ids),
+    )
 }
 
 /// The built-in model to run: `--builtin`, or the default one (said in

@@ -47,6 +47,8 @@ fn last_json_line(out: &Output) -> Value {
 }
 
 #[test]
+// One run read top to bottom: each check reads the same result file.
+#[allow(clippy::too_many_lines)]
 fn bench_writes_vllms_result_file_and_the_server_drains() {
     let server = start_server();
     let tmp = std::env::temp_dir().join(format!("sluice-bench-test-{}", std::process::id()));

@@ -361,6 +361,9 @@ const FINISHED_REQUEST_HISTOGRAMS: [&str; 7] = [
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// One scenario read top to bottom: each check counts what the steps before
+// it did to the same server.
+#[allow(clippy::too_many_lines)]
 async fn metrics_match_vllms_families_and_add_up() {
     let s = start(|_| {}).await;
 
