@@ -1,5 +1,5 @@
 //! The scheduler: request bookkeeping around `schedule()` and
-//! `update_from_output()` (in `schedule.rs` and `update.rs`).
+//! `update_from_output()` (in `schedule/` and `update.rs`).
 //!
 //! Requests live in slots addressed by `u32`, so the per-step loops index
 //! arrays instead of hashing ids; `ids` maps caller ids to slots for the
