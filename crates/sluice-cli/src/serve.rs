@@ -1,7 +1,7 @@
 //! `sluice serve`: the OpenAI-compatible HTTP server.
 //!
 //! Besides the model, two ways to study serving: `--step-log PATH` writes
-//! one JSON line per engine step (`sluice_sim::steplog::StepRecord`: its
+//! one JSON line per engine step (`sluice_core::StepRecord`: its
 //! shape and times, for `sluice simulate fit`), and `--executor simulated
 //! --profile P` serves with the model replaced by a step-time model (the
 //! real server, engine and scheduler; random tokens, no weights loaded).
