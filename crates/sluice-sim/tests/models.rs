@@ -5,7 +5,8 @@ use proptest::prelude::*;
 use sluice_core::SchedulerConfig;
 use sluice_gguf::{GgmlType, GgufWriter};
 use sluice_sim::fit::{
-    fit, parse_step_log, read_step_log, FitError, FitOptions, Segmentation, StepFeatures, FEATURE_NAMES,
+    fit, parse_step_log, read_step_log, FitError, FitOptions, Segmentation, StepFeatures,
+    FEATURE_NAMES,
 };
 use sluice_sim::model_config::ModelConfigError;
 use sluice_sim::profile::{FittedProfile, Profile, ProfileError, RooflineProfile, TableProfile};
@@ -1011,13 +1012,25 @@ fn the_shipped_cpu_profile_predicts_an_independent_step_log() {
     let path = dir.join("profiles/cpu-qwen2.5-0.5b-bf16-2threads.json");
     let profile = Profile::load(path.to_str().unwrap()).unwrap();
     let Profile::Fitted(fitted) = &profile else {
-        panic!("{}: a {} profile, expected fitted", path.display(), profile.kind());
+        panic!(
+            "{}: a {} profile, expected fitted",
+            path.display(),
+            profile.kind()
+        );
     };
-    let held_out = fitted.held_out.clone().expect("the profile records its held-out error");
+    let held_out = fitted
+        .held_out
+        .clone()
+        .expect("the profile records its held-out error");
     let model = profile.step_model(None, 1).unwrap();
     let log = dir.join("tests/data/cpu-qwen2.5-0.5b-steps.jsonl");
     let records = read_step_log(&log).unwrap();
-    assert!(records.len() >= 200, "{}: {} steps", log.display(), records.len());
+    assert!(
+        records.len() >= 200,
+        "{}: {} steps",
+        log.display(),
+        records.len()
+    );
     let mut ape: Vec<f64> = records
         .iter()
         .map(|r| (model.step_time(&r.shape()) - r.step_s).abs() / r.step_s * 100.0)
