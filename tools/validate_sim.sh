@@ -9,8 +9,12 @@
 # Usage: tools/validate_sim.sh SLUICE_BIN MODEL_DIR OUT_DIR
 #   MODEL_DIR: a Hugging Face model directory with tokenizer.json, e.g. the
 #   Qwen2.5-0.5B shape with random bf16 weights made by
-#   `python tools/make_qwen05b.py DIR 32000`.
+#   `python tools/make_qwen05b.py DIR 32000`, or a directory with only that
+#   shape's config.json and a tokenizer, served with LOAD_FORMAT=dummy.
 # REUSE=1 keeps measurements already in OUT_DIR (reruns the rest).
+# Every workload's server also writes its step log, OUT_DIR/NAME.steps.jsonl
+# (the fit's is OUT_DIR/steps.jsonl): logs the profile was not fitted on,
+# to check it against.
 # Run it on a quiet machine: the fit and the measurements must see the same
 # CPU. THREADS (default 2) is the server's model threads. Prints the table (predicted, measured, error) and writes
 # OUT_DIR/validation.json.
@@ -22,6 +26,7 @@ port=${PORT:-8321}
 threads=${THREADS:-2}
 blocks=${BLOCKS:-2048}
 common_serve=(--model "$model" --port "$port" --threads "$threads")
+if [ -n "${LOAD_FORMAT:-}" ]; then common_serve+=(--load-format "$LOAD_FORMAT"); fi
 
 # name | KV blocks | max model len | workload flags (the same for bench and
 # simulate). A small cache needs a max model len it can hold.
@@ -64,7 +69,8 @@ for w in "${workloads[@]}"; do
     "$bin" simulate fit "$out/steps.jsonl" -o "$out/cpu-profile.json" \
       --name "$(basename "$model") on $threads threads" | tee "$out/fit.txt"
   else
-    serve_and_bench "$name" "$nblocks" "$maxlen" "$flags"
+    [ -n "${REUSE:-}" ] && [ -s "$out/$name.measured.json" ] || rm -f "$out/$name.steps.jsonl"
+    serve_and_bench "$name" "$nblocks" "$maxlen" "$flags" --step-log "$out/$name.steps.jsonl"
   fi
 done
 

@@ -81,7 +81,7 @@ fn smollm2_answers_the_capital_of_france_over_http() {
             "{v}"
         );
     }
-    // The question, with a system message: the answer it expects.
+    // A factual question with a system message: the real model answers it.
     let v = chat(
         &json!([{"role": "system", "content": "You are a helpful assistant."},
                 {"role": "user", "content": "What is the capital of France?"}]),

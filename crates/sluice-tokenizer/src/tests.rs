@@ -215,46 +215,6 @@ fn qwen25_template_renders_tools() {
     std::fs::remove_dir_all(&tmp2).ok();
 }
 
-/// Llama 3.1's template (Llama 3.1 Community License, so not
-/// committed): llama.cpp's `models/templates/` in
-/// SLUICE_LLAMA_CPP_TEMPLATES.
-#[test]
-#[ignore = "needs llama.cpp's models/templates in SLUICE_LLAMA_CPP_TEMPLATES"]
-fn llama31_template_renders_tools() {
-    let dir = PathBuf::from(std::env::var_os("SLUICE_LLAMA_CPP_TEMPLATES").unwrap());
-    let template =
-        std::fs::read_to_string(dir.join("meta-llama-Llama-3.1-8B-Instruct.jinja")).unwrap();
-    let (tok, tmp) = with_template("llama31", &template);
-    let tools = serde_json::json!([{"type": "function", "function": {
-        "name": "get_weather", "description": "Weather", "parameters": {"type": "object",
-        "properties": {"city": {"type": "string"}}}}}]);
-    let messages = serde_json::json!([
-        {"role": "user", "content": "Weather in Paris?"},
-        {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function",
-            "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
-        {"role": "tool", "tool_call_id": "c1", "content": "21"},
-    ]);
-    let out = tok
-        .apply_chat_template_with_tools(messages.as_array().unwrap(), Some(&tools), true)
-        .unwrap();
-    assert!(out.contains("{\n    \"type\": \"function\",\n    \"function\": {\n        \"name\": \"get_weather\""), "{out}");
-    assert!(
-        out.contains(
-            "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}<|eot_id|>"
-        ),
-        "{out}"
-    );
-    assert!(
-        out.contains("<|start_header_id|>ipython<|end_header_id|>\n\n\"21\"<|eot_id|>"),
-        "{out}"
-    );
-    let plain = tok
-        .apply_chat_template_with_tools(&messages.as_array().unwrap()[..1], None, true)
-        .unwrap();
-    assert!(!plain.contains("get_weather"), "{plain}");
-    std::fs::remove_dir_all(&tmp).ok();
-}
-
 #[test]
 fn missing_tokenizer_names_the_file() {
     let err = Tokenizer::from_dir(Path::new("/nonexistent-dir")).unwrap_err();

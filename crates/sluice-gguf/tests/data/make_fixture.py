@@ -2,7 +2,7 @@
 """Makes the committed fixtures of sluice-gguf's tests with the `gguf` Python
 package (llama.cpp's own writer, as used by convert_hf_to_gguf.py).
 
-    /work/vllm-venv/bin/python crates/sluice-gguf/tests/data/make_fixture.py
+    PYTHON crates/sluice-gguf/tests/data/make_fixture.py
 
 (any Python with `gguf` 0.19 and numpy will do). Writes, beside this script:
 

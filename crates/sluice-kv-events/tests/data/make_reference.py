@@ -4,7 +4,9 @@ vLLM 0.33 KVEventBatch encoded by msgspec exactly as ZmqEventPublisher does
 `name hex` line per case; tests/encode.rs builds the same batches in Rust
 and compares bytes.
 
-Run: /work/vllm-venv/bin/python make_reference.py
+Run with a Python that has vLLM 0.33.0 (and so msgspec) installed:
+
+    PYTHON crates/sluice-kv-events/tests/data/make_reference.py
 """
 
 import pathlib

@@ -1,4 +1,4 @@
-//! Tool calling (vLLM 0.33 semantics, `/work/notes/issue9-vllm.md` §2-3):
+//! Tool calling with vLLM 0.33's semantics:
 //! the call and stream-delta types, tool-call ids, the model-output parsers
 //! (`hermes`, `llama3_json`, `mistral`), `tool_choice` validation and the
 //! JSON schema for `required` / named choices (`choice`), and the

@@ -175,3 +175,21 @@ pub fn smollm2_gguf() -> PathBuf {
     );
     path
 }
+
+/// llama.cpp's `models/` directory (the `ggml-vocab-*.gguf` vocabularies
+/// with their `.inp` / `.out` files, and `templates/`):
+/// `$SLUICE_LLAMA_CPP_MODELS`, which `.ci/test` points at the copy it
+/// extracts from PyPI's `llama-cpp-python` source distribution. Panics
+/// saying how to get it when unset or not a directory.
+pub fn llama_cpp_models() -> PathBuf {
+    let how = "This test needs llama.cpp's models/ directory: `.ci/test` fetches it (from the \
+               source distribution of PyPI's llama-cpp-python==0.3.36) and sets \
+               SLUICE_LLAMA_CPP_MODELS; or point SLUICE_LLAMA_CPP_MODELS at a llama.cpp \
+               checkout's models/";
+    let dir = PathBuf::from(
+        std::env::var_os("SLUICE_LLAMA_CPP_MODELS")
+            .unwrap_or_else(|| panic!("SLUICE_LLAMA_CPP_MODELS is not set. {how}")),
+    );
+    assert!(dir.is_dir(), "{}: not a directory. {how}", dir.display());
+    dir
+}

@@ -20,7 +20,7 @@ pre-tokenizer; where the loader differs, its ids are kept as
 
 Run with the venv that has transformers and gguf:
 
-    /work/vllm-venv/bin/python crates/sluice-tokenizer/tests/data/make_smollm2_reference.py
+    PYTHON crates/sluice-tokenizer/tests/data/make_smollm2_reference.py
 
 The GGUF is found like the Rust test finds it: $SLUICE_SMOLLM2_GGUF, else
 <repo>/.cache/models/SmolLM2-135M-Instruct.Q4_1.gguf (`.ci/test` fetches it:

@@ -10,7 +10,7 @@ named `tokenizer.ggml.pre` value and makes the converter write that value;
 everything else is the converter, unchanged.
 
     python convert_fixture.py LLAMA_CPP_DIR PRE MODEL_DIR OUTFILE [converter args...]
-    python convert_fixture.py /work/llama.cpp qwen2 ../tiny-qwen2 tiny-qwen2.F32.gguf --outtype f32
+    python convert_fixture.py LLAMA_CPP_DIR qwen2 ../tiny-qwen2 tiny-qwen2.F32.gguf --outtype f32
 
 It imports the converter and the gguf-py package from LLAMA_CPP_DIR (the
 same source tree; tested with llama.cpp 0c1e57098, vendored by

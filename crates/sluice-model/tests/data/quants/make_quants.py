@@ -8,7 +8,7 @@ from, so the Rust quantizers can be held to the same bytes.
 
 Run from anywhere (needs the `gguf` package and numpy):
 
-    /work/vllm-venv/bin/python crates/sluice-model/tests/data/quants/make_quants.py
+    PYTHON crates/sluice-model/tests/data/quants/make_quants.py
 
 Outputs, next to this script: `manifest.json` (one entry per case) and per
 case `NAME.q` (the quantized bytes), `NAME.deq` (little-endian f32) and, for
