@@ -70,6 +70,7 @@ fn check_against_naive(num_heads: usize, num_kv_heads: usize, head_dim: usize, b
         head_dim,
         block_size,
         scale: 1.0 / (head_dim as f32).sqrt(),
+        logit_softcap: None,
     };
     let queries = Queries {
         data: &q,
@@ -170,6 +171,7 @@ fn results_do_not_depend_on_chunking() {
         head_dim: hd,
         block_size: bs,
         scale: 0.125,
+        logit_softcap: None,
     };
     let run = |cached: usize, len: usize| -> Vec<f32> {
         let mut batch = ForwardBatch::default();
