@@ -291,6 +291,9 @@ impl Attention {
     /// `out[t × hidden]` = the block's output for the normed input `x`
     /// (`[t × hidden]`), writing the step's K/V into layer `layer` of `kv`,
     /// attending as `layer_shape` says.
+    // The step, the layer (index and shape), the cache, input, scratch and
+    // output are each a different borrow; bundling them would only move the
+    // list into a struct built once per call.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn forward(
         &self,
