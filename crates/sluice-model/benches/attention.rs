@@ -68,6 +68,7 @@ fn bench(c: &mut Criterion) {
         head_dim: 64,
         block_size: 16,
         scale: 0.125,
+        logit_softcap: None,
     };
     for threads in [1, 2] {
         sluice_model::kernels::set_num_threads(threads);
@@ -107,6 +108,7 @@ fn bench_portable(c: &mut Criterion) {
         head_dim: 64,
         block_size: 16,
         scale: 0.125,
+        logit_softcap: None,
     };
     for (name, seqs, qlen, ctx) in [("decode_32x192", 32, 1, 192), ("prefill_128", 1, 128, 128)] {
         let (kv, batch, q) = setup(seqs, qlen, ctx);

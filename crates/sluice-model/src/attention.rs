@@ -49,8 +49,13 @@ pub struct AttentionShape {
     pub num_kv_heads: usize,
     pub head_dim: usize,
     pub block_size: usize,
-    /// Softmax scale, `1 / sqrt(head_dim)`.
+    /// Softmax scale: the layer's (`1 / sqrt(head_dim)` unless its
+    /// architecture configures another).
     pub scale: f32,
+    /// Gemma 2's attention-logit soft-cap: scaled scores become
+    /// `tanh(s / cap) · cap` before the softmax. `None` leaves them as
+    /// they are (and runs exactly the uncapped operations).
+    pub logit_softcap: Option<f32>,
 }
 
 /// The queries of a step: token `t`'s head `h` starts at

@@ -9,7 +9,9 @@
 //! they are). Activations are f32.
 //!
 //! Submodules: `arch` (one file per architecture and the seam they
-//! implement: names, config interpretation, which pieces a layer has),
+//! implement: names, config interpretation, which pieces a layer has, its
+//! wiring and per-layer attention), `wiring` (norm placement, activation,
+//! embedding scale), `layer_attention` (window, scale, RoPE, soft-cap),
 //! `layers` (the shared pieces: attention block, MLP block, the loader by
 //! tensor role), `linear` (linear layers, fused or made of parts), `batch`
 //! (the flattened step input), `rope`, `ops` (elementwise), `forward` (the
@@ -18,25 +20,29 @@
 pub mod arch;
 mod batch;
 mod forward;
+mod layer_attention;
 mod layers;
 mod linear;
 mod loader;
 mod ops;
 mod rope;
+mod wiring;
 
 pub use arch::{Arch, Architecture, LayerPieces, Role, TensorId, TensorNaming};
 pub use batch::{ForwardBatch, SeqSlice};
 pub use forward::Workspace;
+pub use layer_attention::{LayerAttention, RopeParams};
 pub use layers::{Attention, DecoderLayer, Mlp, QkNorm};
 pub use linear::{Linear, LinearPart, LinearWeight};
 pub use loader::{
     load_dummy, load_dummy_as, load_model, DType, GgufInfo, LoadFormat, LoadedModel, ModelSpec,
 };
 pub use rope::Rope;
+pub use wiring::{Activation, LayerWiring, NormPlacement};
 
 use crate::config::ModelConfig;
 use crate::weights::{TensorSource, Weight, WeightDType};
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use layers::Loader;
 
 /// A loaded model, shareable across threads (`Arc<Model>`).
@@ -51,6 +57,54 @@ pub struct Model {
     /// `None` when the head is tied to the embedding.
     pub lm_head: Option<Linear>,
     pub rope: Rope,
+    /// How every layer is wired (norms, activation, embedding scale).
+    pub wiring: LayerWiring,
+}
+
+/// What the decoder stack is made of beyond its tensors: the wiring and
+/// each layer's attention shape. [`DecoderPlan::of`] asks the config's
+/// architecture; a caller may build one to load the same weights wired
+/// otherwise ([`Model::load_planned`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct DecoderPlan {
+    pub wiring: LayerWiring,
+    /// One per layer.
+    pub layers: Vec<LayerAttention>,
+}
+
+impl DecoderPlan {
+    /// The architecture's plan for a model of `config`.
+    pub fn of(config: &ModelConfig) -> Self {
+        let arch = config.architecture.def();
+        DecoderPlan {
+            wiring: arch.wiring(),
+            layers: (0..config.num_hidden_layers)
+                .map(|i| arch.layer_attention(config, i))
+                .collect(),
+        }
+    }
+
+    /// Whether the forward pass can run it for `config` (errors name the
+    /// config key: a `sliding_window` is refused until the KV cache
+    /// honours windows).
+    pub fn check(&self, config: &ModelConfig) -> Result<()> {
+        if self.layers.len() != config.num_hidden_layers {
+            bail!(
+                "the decoder plan has {} layer shapes for num_hidden_layers {}",
+                self.layers.len(),
+                config.num_hidden_layers
+            );
+        }
+        if let Some(s) = self.wiring.embedding_scale {
+            if !s.is_finite() {
+                bail!("the embedding scale must be a finite number, got {s}");
+            }
+        }
+        for (i, layer) in self.layers.iter().enumerate() {
+            layer.check(config, i)?;
+        }
+        Ok(())
+    }
 }
 
 impl Model {
@@ -64,7 +118,19 @@ impl Model {
         source: &dyn TensorSource,
         dtype: WeightDType,
     ) -> Result<Self> {
+        Self::load_planned(config, source, dtype, DecoderPlan::of(config))
+    }
+
+    /// [`Model::load`] with the wiring and layer shapes of `plan` instead of
+    /// the architecture's (checked first: see [`DecoderPlan::check`]).
+    pub fn load_planned(
+        config: &ModelConfig,
+        source: &dyn TensorSource,
+        dtype: WeightDType,
+        plan: DecoderPlan,
+    ) -> Result<Self> {
         config.validate()?;
+        plan.check(config)?;
         let c = config;
         let h = c.hidden_size;
         let ld = Loader {
@@ -75,7 +141,8 @@ impl Model {
         };
         let embed_tokens = ld.matrix(TensorId::model(Role::Embedding), &[c.vocab_size, h])?;
         let layers = (0..c.num_hidden_layers)
-            .map(|i| DecoderLayer::load(&ld, c, i))
+            .zip(&plan.layers)
+            .map(|(i, &shape)| DecoderLayer::load(&ld, c, i, &plan.wiring, shape))
             .collect::<Result<Vec<_>>>()?;
         let norm = ld.vector(TensorId::model(Role::FinalNorm), h)?;
         let lm_head = if c.tie_word_embeddings {
@@ -96,6 +163,7 @@ impl Model {
             norm,
             lm_head,
             rope: Rope::new(config),
+            wiring: plan.wiring,
         })
     }
 

@@ -200,7 +200,18 @@ pub(super) unsafe fn attend(item: &Item<'_>, out: &mut [f32], scratch: &mut Scra
                         continue;
                     }
                     let m = lane_mask(visible);
-                    let st = _mm512_mask_blend_ps(m, neg_inf, _mm512_mul_ps(st, scale));
+                    let mut scaled = _mm512_mul_ps(st, scale);
+                    if let Some(cap) = item.shape.logit_softcap {
+                        // No vector tanh here; the soft-cap is rare enough
+                        // to take the scalar one, lane by lane.
+                        let mut lanes = [0f32; KEY_CHUNK];
+                        _mm512_storeu_ps(lanes.as_mut_ptr(), scaled);
+                        for x in &mut lanes {
+                            *x = (*x / cap).tanh() * cap;
+                        }
+                        scaled = _mm512_loadu_ps(lanes.as_ptr());
+                    }
+                    let st = _mm512_mask_blend_ps(m, neg_inf, scaled);
                     let chunk_max = _mm512_reduce_max_ps(st);
                     let acc_row = acc.add(row * hd);
                     let m_old = scratch.max[row];

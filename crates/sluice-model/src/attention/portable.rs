@@ -54,10 +54,17 @@ fn attend<const FMA: bool>(item: &Item<'_>, out: &mut [f32], scratch: &mut Scrat
                         *sj = madd::<FMA>(qd, kj, *sj);
                     }
                 }
-                let mut chunk_max = f32::NEG_INFINITY;
                 for sj in s.iter_mut() {
                     *sj *= item.shape.scale;
-                    chunk_max = chunk_max.max(*sj);
+                }
+                if let Some(cap) = item.shape.logit_softcap {
+                    for sj in s.iter_mut() {
+                        *sj = (*sj / cap).tanh() * cap;
+                    }
+                }
+                let mut chunk_max = f32::NEG_INFINITY;
+                for &sj in s.iter() {
+                    chunk_max = chunk_max.max(sj);
                 }
                 let acc_row = &mut acc[row * hd..(row + 1) * hd];
                 let m_new = max[row].max(chunk_max);

@@ -17,6 +17,18 @@ impl Rng {
 /// context) over shuffled blocks, checked against a float64 softmax
 /// attention computed from the K/V written for each position.
 fn check_against_naive(num_heads: usize, num_kv_heads: usize, head_dim: usize, block_size: usize) {
+    check_against_naive_capped(num_heads, num_kv_heads, head_dim, block_size, None);
+}
+
+/// The fast and portable kernels against attention computed in f64 from
+/// the definition, with the logits soft-capped at `softcap` if given.
+fn check_against_naive_capped(
+    num_heads: usize,
+    num_kv_heads: usize,
+    head_dim: usize,
+    block_size: usize,
+    softcap: Option<f32>,
+) {
     let mut model = crate::builtin::config("tiny").unwrap().0;
     model.num_hidden_layers = 1;
     model.num_attention_heads = num_heads;
@@ -70,6 +82,7 @@ fn check_against_naive(num_heads: usize, num_kv_heads: usize, head_dim: usize, b
         head_dim,
         block_size,
         scale: 1.0 / (head_dim as f32).sqrt(),
+        logit_softcap: softcap,
     };
     let queries = Queries {
         data: &q,
@@ -116,6 +129,10 @@ fn check_against_naive(num_heads: usize, num_kv_heads: usize, head_dim: usize, b
                             .sum::<f64>()
                             * shape.scale as f64
                     })
+                    .map(|s| match softcap {
+                        Some(cap) => (s / cap as f64).tanh() * cap as f64,
+                        None => s,
+                    })
                     .collect();
                 let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
                 let w: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
@@ -147,6 +164,13 @@ fn matches_naive_attention_on_a_mixed_batch() {
     check_against_naive(6, 2, 32, 48); // several key chunks per block
 }
 
+#[test]
+fn soft_capped_logits_match_naive_attention() {
+    // A cap small enough that tanh bends most scores.
+    check_against_naive_capped(14, 2, 64, 16, Some(0.05));
+    check_against_naive_capped(4, 4, 72, 5, Some(0.5));
+}
+
 /// A row's result does not depend on how its sequence's queries are cut
 /// into steps (chunked prefill) or on what else is in the batch.
 #[test]
@@ -170,6 +194,7 @@ fn results_do_not_depend_on_chunking() {
         head_dim: hd,
         block_size: bs,
         scale: 0.125,
+        logit_softcap: None,
     };
     let run = |cached: usize, len: usize| -> Vec<f32> {
         let mut batch = ForwardBatch::default();

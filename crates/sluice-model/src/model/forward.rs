@@ -1,10 +1,12 @@
 //! The forward pass over one flattened batch.
 //!
-//! Per layer, with the pieces of `layers.rs`: RMSNorm → the attention block
+//! Embeddings (times the wiring's embedding scale, if any); then per layer,
+//! with the pieces of `layers.rs`: RMSNorm → the attention block
 //! (fused q/k/v (+bias) → per-head q/k RMSNorm where the architecture has
 //! it → RoPE on q and k → write K/V into the paged cache at the slot mapping
-//! → paged attention → o_proj) → residual; RMSNorm → the MLP block (fused
-//! gate/up → SwiGLU → down) → residual. Then the final norm only on the rows
+//! → paged attention with the layer's scale and soft-cap → o_proj) →
+//! (post-norm, where the wiring has one) → residual; RMSNorm → the MLP block
+//! (fused gate/up → SwiGLU or GeGLU → down) → (post-norm) → residual. Then the final norm only on the rows
 //! that need logits, and the head only on those.
 //!
 //! Promises: every buffer lives in a `Workspace` that grows to the largest
@@ -161,8 +163,11 @@ impl Model {
             num_kv_heads: nkv,
             head_dim: hd,
             block_size: kv.block_size(),
+            // Each layer's own (`LayerAttention`) replace these two.
             scale: 1.0 / (hd as f32).sqrt(),
+            logit_softcap: None,
         };
+        let wiring = self.wiring;
 
         let Workspace {
             hidden,
@@ -182,6 +187,11 @@ impl Model {
         let hidden = sized(hidden, t * h);
         for (row, &id) in hidden.chunks_exact_mut(h).zip(&batch.input_ids) {
             self.embed_tokens.row_to_f32(id as usize, h, row);
+        }
+        if let Some(scale) = wiring.embedding_scale {
+            for x in hidden.iter_mut() {
+                *x *= scale;
+            }
         }
         self.rope.cos_sin(&batch.positions, cos, sin);
         let normed = sized(normed, t * h);
@@ -206,22 +216,41 @@ impl Model {
                 attn: &mut *attn,
                 items: &mut *items,
             };
-            layer.attention.forward(&step, l, kv, normed, buffers, proj);
-            add_assign(hidden, proj, h);
+            layer
+                .attention
+                .forward(&step, l, &layer.shape, kv, normed, buffers, proj);
+            match &layer.attention_output_norm {
+                // `normed` was attention's input and is free again.
+                Some(w) => {
+                    rms_norm(proj, w, eps, normed);
+                    add_assign(hidden, normed, h);
+                }
+                None => add_assign(hidden, proj, h),
+            }
 
             rms_norm(hidden, &layer.post_attention_layernorm, eps, normed);
             let mut start = 0;
             while start < t {
                 let m = (t - start).min(MLP_CHUNK);
-                let out = &mut proj[start * h..(start + m) * h];
+                let rows = start * h..(start + m) * h;
+                let out = &mut proj[rows.clone()];
                 layer.mlp.forward(
-                    &normed[start * h..(start + m) * h],
+                    wiring.activation,
+                    &normed[rows.clone()],
                     m,
                     &mut gate_up[..m * 2 * inter],
                     &mut act[..m * inter],
                     out,
                 );
-                add_assign(&mut hidden[start * h..(start + m) * h], out, h);
+                let out: &[f32] = match &layer.mlp_output_norm {
+                    // These rows of `normed` were the MLP's input.
+                    Some(w) => {
+                        rms_norm(out, w, eps, &mut normed[rows.clone()]);
+                        &normed[rows.clone()]
+                    }
+                    None => out,
+                };
+                add_assign(&mut hidden[rows], out, h);
                 start += m;
             }
         }

@@ -1,7 +1,7 @@
 //! The shared pieces every architecture's decoder is built from: the
 //! attention block (fused q/k/v, optional per-head q/k RMSNorm, RoPE, paged
-//! attention, o_proj), the SwiGLU MLP block (fused gate/up, down), and the
-//! loader that reads them by [`TensorId`] through the architecture's names.
+//! attention, o_proj), the gated MLP block (fused gate/up, SiLU or GELU-tanh,
+//! down), and the loader that reads them by [`TensorId`] through the architecture's names.
 //!
 //! Which pieces a layer has is [`LayerPieces`], decided by the architecture
 //! (`model/arch/`); this file is the only place a piece is implemented, so
@@ -14,8 +14,10 @@
 //! (token) independently outside paged attention.
 
 use super::arch::{Arch, LayerPieces, Role, TensorId, TensorNaming};
+use super::layer_attention::LayerAttention;
 use super::linear::{Linear, LinearPart, LinearWeight};
-use super::ops::{rms_norm_heads_in_place, silu_mul};
+use super::ops::{gelu_tanh_mul, rms_norm_heads_in_place, silu_mul};
+use super::wiring::{Activation, LayerWiring, NormPlacement};
 use super::{ForwardBatch, Rope};
 use crate::attention::{paged_attention, AttentionShape, Queries, WorkItem};
 use crate::config::ModelConfig;
@@ -40,7 +42,7 @@ pub struct Attention {
     pub qk_norm: Option<QkNorm>,
 }
 
-/// The SwiGLU MLP block of one layer.
+/// The gated MLP block of one layer (SwiGLU or GeGLU: `LayerWiring`).
 #[derive(Clone, Debug)]
 pub struct Mlp {
     /// Rows: gate, then up.
@@ -48,14 +50,27 @@ pub struct Mlp {
     pub down_proj: Linear,
 }
 
-/// One transformer block: pre-norm attention, then pre-norm MLP, each
-/// added to the residual stream.
+/// One transformer block: normed attention, then normed MLP, each added
+/// to the residual stream, with the norms where the model's
+/// [`LayerWiring`] puts them.
 #[derive(Clone, Debug)]
 pub struct DecoderLayer {
+    /// The norm before attention.
     pub input_layernorm: Vec<f32>,
     pub attention: Attention,
+    /// The norm of the attention output before the residual (post-norm
+    /// wirings only).
+    pub attention_output_norm: Option<Vec<f32>>,
+    /// The norm before the MLP (transformers' `post_attention_layernorm`
+    /// in a pre-norm layer, `pre_feedforward_layernorm` in a pre- and
+    /// post-norm one).
     pub post_attention_layernorm: Vec<f32>,
     pub mlp: Mlp,
+    /// The norm of the MLP output before the residual (post-norm wirings
+    /// only).
+    pub mlp_output_norm: Option<Vec<f32>>,
+    /// How this layer attends (window, scale, RoPE, soft-cap).
+    pub shape: LayerAttention,
 }
 
 /// Reads tensors by role, spelled by the architecture in the source's
@@ -171,8 +186,15 @@ impl Loader<'_> {
 }
 
 impl DecoderLayer {
-    /// Layer `i` of a model of `c`'s shape, with the pieces `c` names.
-    pub(crate) fn load(ld: &Loader<'_>, c: &ModelConfig, i: usize) -> Result<Self> {
+    /// Layer `i` of a model of `c`'s shape, with the pieces `c` names, the
+    /// norms `wiring` places and the attention `shape`.
+    pub(crate) fn load(
+        ld: &Loader<'_>,
+        c: &ModelConfig,
+        i: usize,
+        wiring: &LayerWiring,
+        shape: LayerAttention,
+    ) -> Result<Self> {
         let p: LayerPieces = c.pieces();
         let (h, hd, inter) = (c.hidden_size, c.head_dim, c.intermediate_size);
         let q_rows = c.num_attention_heads * hd;
@@ -185,6 +207,14 @@ impl DecoderLayer {
             })
         } else {
             None
+        };
+        let (pre_mlp, attention_output_norm, mlp_output_norm) = match wiring.norms {
+            NormPlacement::Pre => (ld.vector(id(Role::PostAttentionNorm), h)?, None, None),
+            NormPlacement::PrePost => (
+                ld.vector(id(Role::PreFeedforwardNorm), h)?,
+                Some(ld.vector(id(Role::AttentionOutputNorm), h)?),
+                Some(ld.vector(id(Role::PostFeedforwardNorm), h)?),
+            ),
         };
         Ok(DecoderLayer {
             input_layernorm: ld.vector(id(Role::InputNorm), h)?,
@@ -201,7 +231,8 @@ impl DecoderLayer {
                 o_proj: ld.linear(&[(id(Role::OProj), h)], q_rows, p.o_bias)?,
                 qk_norm,
             },
-            post_attention_layernorm: ld.vector(id(Role::PostAttentionNorm), h)?,
+            attention_output_norm,
+            post_attention_layernorm: pre_mlp,
             mlp: Mlp {
                 gate_up_proj: ld.linear(
                     &[(id(Role::GateProj), inter), (id(Role::UpProj), inter)],
@@ -210,14 +241,21 @@ impl DecoderLayer {
                 )?,
                 down_proj: ld.linear(&[(id(Role::DownProj), h)], inter, p.mlp_bias)?,
             },
+            mlp_output_norm,
+            shape,
         })
     }
 
     /// Bytes of weights held.
     pub fn size_in_bytes(&self) -> usize {
         let a = &self.attention;
+        let post_norms = [&self.attention_output_norm, &self.mlp_output_norm];
         let norms = self.input_layernorm.len()
             + self.post_attention_layernorm.len()
+            + post_norms
+                .iter()
+                .map(|n| n.as_ref().map_or(0, Vec::len))
+                .sum::<usize>()
             + a.qk_norm.as_ref().map_or(0, |n| n.q.len() + n.k.len());
         a.qkv_proj.size_in_bytes()
             + a.o_proj.size_in_bytes()
@@ -228,9 +266,11 @@ impl DecoderLayer {
 }
 
 /// What the attention block needs to know about the step, the same for
-/// every layer.
+/// every layer (the layer's own scale and soft-cap come from its
+/// [`LayerAttention`]).
 pub(super) struct AttentionStep<'a> {
     pub batch: &'a ForwardBatch,
+    /// The geometry; its scale and soft-cap are replaced per layer.
     pub shape: AttentionShape,
     /// Per token, `head_dim / 2` values (`Rope::cos_sin`).
     pub cos: &'a [f32],
@@ -249,17 +289,27 @@ pub(super) struct AttentionBuffers<'a> {
 
 impl Attention {
     /// `out[t × hidden]` = the block's output for the normed input `x`
-    /// (`[t × hidden]`), writing the step's K/V into layer `layer` of `kv`.
+    /// (`[t × hidden]`), writing the step's K/V into layer `layer` of `kv`,
+    /// attending as `layer_shape` says.
+    // The step, the layer (index and shape), the cache, input, scratch and
+    // output are each a different borrow; bundling them would only move the
+    // list into a struct built once per call.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn forward(
         &self,
         step: &AttentionStep<'_>,
         layer: usize,
+        layer_shape: &LayerAttention,
         kv: &mut KvCache,
         x: &[f32],
         buf: AttentionBuffers<'_>,
         out: &mut [f32],
     ) {
-        let s = &step.shape;
+        let s = &AttentionShape {
+            scale: layer_shape.scale,
+            logit_softcap: layer_shape.logit_softcap,
+            ..step.shape
+        };
         let (hd, nh, nkv) = (s.head_dim, s.num_heads, s.num_kv_heads);
         let t = step.batch.num_tokens();
         let q_width = nh * hd;
@@ -274,12 +324,16 @@ impl Attention {
                 rms_norm_heads_in_place(q, &n.q, step.eps);
                 rms_norm_heads_in_place(&mut rest[..nkv * hd], &n.k, step.eps);
             }
-            let (cs, sn) = (
-                &step.cos[i * half..(i + 1) * half],
-                &step.sin[i * half..(i + 1) * half],
-            );
-            // q heads and k heads are adjacent in the fused row.
-            Rope::apply(&mut row[..(nh + nkv) * hd], hd, cs, sn);
+            if layer_shape.rope.is_some() {
+                // The model's one RoPE table (`LayerAttention::check`
+                // refuses a layer asking for another).
+                let (cs, sn) = (
+                    &step.cos[i * half..(i + 1) * half],
+                    &step.sin[i * half..(i + 1) * half],
+                );
+                // q heads and k heads are adjacent in the fused row.
+                Rope::apply(&mut row[..(nh + nkv) * hd], hd, cs, sn);
+            }
         }
         kv.write(
             layer,
@@ -308,9 +362,10 @@ impl Attention {
 impl Mlp {
     /// `out[m × hidden]` = the block's output for the normed input `x`
     /// (`[m × hidden]`), through `gate_up` (`[m × 2·inter]`) and `act`
-    /// (`[m × inter]`).
+    /// (`[m × inter]`), gated by `activation`.
     pub(super) fn forward(
         &self,
+        activation: Activation,
         x: &[f32],
         m: usize,
         gate_up: &mut [f32],
@@ -319,7 +374,10 @@ impl Mlp {
     ) {
         let inter = self.down_proj.in_features;
         self.gate_up_proj.forward(x, m, gate_up);
-        silu_mul(gate_up, inter, act);
+        match activation {
+            Activation::Silu => silu_mul(gate_up, inter, act),
+            Activation::GeluTanh => gelu_tanh_mul(gate_up, inter, act),
+        }
         self.down_proj.forward(act, m, out);
     }
 }

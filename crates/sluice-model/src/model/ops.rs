@@ -111,6 +111,23 @@ pub fn silu_mul(gate_up: &[f32], width: usize, out: &mut [f32]) {
     });
 }
 
+/// GeGLU with transformers' `gelu_pytorch_tanh` over rows `[gate (width)
+/// | up (width)]` of the fused projection. Plain scalar code: only the
+/// architectures that choose `Activation::GeluTanh` run it.
+pub fn gelu_tanh_mul(gate_up: &[f32], width: usize, out: &mut [f32]) {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    for (row, dst) in gate_up
+        .chunks_exact(2 * width)
+        .zip(out.chunks_exact_mut(width))
+    {
+        let (gate, up) = row.split_at(width);
+        for ((d, &g), &u) in dst.iter_mut().zip(gate).zip(up) {
+            let inner = SQRT_2_OVER_PI * (g + 0.044_715 * g * g * g);
+            *d = 0.5 * g * (1.0 + inner.tanh()) * u;
+        }
+    }
+}
+
 /// `acc += x`, the residual connection, over rows of `width`.
 pub fn add_assign(acc: &mut [f32], x: &[f32], width: usize) {
     let rows = acc.len() / width;

@@ -7,6 +7,7 @@
 //! shorter than the context is refused.
 
 use super::{Arch, Architecture, ConfigSwitches, LayerPieces};
+use crate::model::wiring::LayerWiring;
 
 pub(super) struct Llama;
 
@@ -45,5 +46,10 @@ impl Arch for Llama {
 
     fn hf_sliding_window_in_force(&self, _use_sliding_window: Option<bool>) -> bool {
         true
+    }
+
+    fn wiring(&self) -> LayerWiring {
+        // Pre-norm, SiLU (SwiGLU), the embedding as read.
+        LayerWiring::default()
     }
 }

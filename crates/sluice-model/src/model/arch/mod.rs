@@ -6,7 +6,10 @@
 //! `architectures` / `model_type`, GGUF `general.architecture`), how it reads
 //! its config (which [`LayerPieces`] a layer is built from: q/k/v and o
 //! biases, per-head q/k RMSNorm, MLP biases; the sliding-window rule; the
-//! default head_dim) and how its tensors are named. The pieces themselves —
+//! default head_dim), how its layer is wired ([`Arch::wiring`]: norm
+//! placement, activation, embedding scale), each layer's attention shape
+//! ([`Arch::layer_attention`]: window, scale, RoPE, soft-cap) and how its
+//! tensors are named. The pieces themselves —
 //! embedding, RMSNorm, the attention block, the MLP block, the head — are
 //! shared (`model/layers.rs`, `model/linear.rs`), so an architecture file
 //! holds only what differs.
@@ -29,6 +32,9 @@ mod llama;
 mod qwen2;
 mod qwen3;
 
+use super::layer_attention::LayerAttention;
+use super::wiring::LayerWiring;
+use crate::config::ModelConfig;
 use std::fmt;
 
 /// The decoder families this runner implements. `ModelConfig::architecture`
@@ -166,6 +172,18 @@ pub trait Arch: Send + Sync {
         sluice_arch::family::default_head_dim(family, hidden_size, num_attention_heads)
     }
 
+    /// How the layer is wired (norm placement, activation, embedding
+    /// scale). Every architecture states its own.
+    fn wiring(&self) -> LayerWiring;
+
+    /// Layer `layer`'s attention shape. The default is the same full,
+    /// RoPE'd attention on every layer ([`LayerAttention::uniform`]); an
+    /// architecture that alternates windows, scales or RoPE bases between
+    /// layers overrides this.
+    fn layer_attention(&self, config: &ModelConfig, _layer: usize) -> LayerAttention {
+        LayerAttention::uniform(config)
+    }
+
     /// The name of tensor `id` in `naming`. Every family here uses the
     /// standard names; one that does not overrides this.
     fn tensor_name(&self, id: TensorId, naming: TensorNaming) -> String {
@@ -202,7 +220,16 @@ pub enum Role {
     QNorm,
     /// Per-head RMSNorm of k (`[head_dim]`).
     KNorm,
+    /// The norm before the MLP in a pre-norm layer (transformers'
+    /// `post_attention_layernorm`: it follows the attention residual).
     PostAttentionNorm,
+    /// The norm of the attention block's output, before the residual, in
+    /// a pre- and post-norm layer (Gemma's `post_attention_layernorm`).
+    AttentionOutputNorm,
+    /// The norm before the MLP in a pre- and post-norm layer.
+    PreFeedforwardNorm,
+    /// The norm of the MLP's output, before the residual.
+    PostFeedforwardNorm,
     GateProj,
     UpProj,
     DownProj,
@@ -271,6 +298,9 @@ impl TensorId {
             Role::QNorm => ("self_attn.q_norm", "attn_q_norm"),
             Role::KNorm => ("self_attn.k_norm", "attn_k_norm"),
             Role::PostAttentionNorm => ("post_attention_layernorm", "ffn_norm"),
+            Role::AttentionOutputNorm => ("post_attention_layernorm", "post_attention_norm"),
+            Role::PreFeedforwardNorm => ("pre_feedforward_layernorm", "ffn_norm"),
+            Role::PostFeedforwardNorm => ("post_feedforward_layernorm", "post_ffw_norm"),
             Role::GateProj => ("mlp.gate_proj", "ffn_gate"),
             Role::UpProj => ("mlp.up_proj", "ffn_up"),
             Role::DownProj => ("mlp.down_proj", "ffn_down"),

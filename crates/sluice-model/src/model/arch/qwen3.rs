@@ -11,6 +11,7 @@
 //! `use_sliding_window` is set.
 
 use super::{Arch, Architecture, ConfigSwitches, LayerPieces};
+use crate::model::wiring::LayerWiring;
 
 pub(super) struct Qwen3;
 
@@ -43,5 +44,10 @@ impl Arch for Qwen3 {
 
     fn hf_sliding_window_in_force(&self, use_sliding_window: Option<bool>) -> bool {
         use_sliding_window.unwrap_or(false)
+    }
+
+    fn wiring(&self) -> LayerWiring {
+        // Pre-norm, SiLU (SwiGLU), the embedding as read.
+        LayerWiring::default()
     }
 }
