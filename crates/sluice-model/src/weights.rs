@@ -24,40 +24,6 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// The dtype linear-layer weights are kept in. Norm weights and biases are
-/// always f32 (they are tiny and feed f32 arithmetic directly).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum WeightDType {
-    F32,
-    Bf16,
-    F16,
-    /// A block-quantized format (never one of the float formats: those are
-    /// the variants above; `from_format` maps them).
-    Quant(QuantFormat),
-}
-
-impl WeightDType {
-    /// The dtype holding values of `format`.
-    pub fn from_format(format: QuantFormat) -> WeightDType {
-        match format {
-            QuantFormat::F32 => WeightDType::F32,
-            QuantFormat::Bf16 => WeightDType::Bf16,
-            QuantFormat::F16 => WeightDType::F16,
-            f => WeightDType::Quant(f),
-        }
-    }
-
-    /// The weight format of this dtype.
-    pub fn format(self) -> QuantFormat {
-        match self {
-            WeightDType::F32 => QuantFormat::F32,
-            WeightDType::Bf16 => QuantFormat::Bf16,
-            WeightDType::F16 => QuantFormat::F16,
-            WeightDType::Quant(f) => f,
-        }
-    }
-}
-
 /// The bytes of a quantized weight: owned, or a range of a buffer (a memory
 /// map) that the `Arc` keeps alive, so a GGUF loader can hand mapped tensor
 /// data to the kernels without copying.
@@ -150,15 +116,13 @@ pub enum Weight {
 }
 
 impl Weight {
-    pub fn empty(dtype: WeightDType, capacity: usize) -> Self {
-        match dtype {
-            WeightDType::F32 => Weight::F32(Vec::with_capacity(capacity)),
-            WeightDType::Bf16 => Weight::Bf16(Vec::with_capacity(capacity)),
-            WeightDType::F16 => Weight::F16(Vec::with_capacity(capacity)),
-            WeightDType::Quant(f) if f.is_float() => {
-                Weight::empty(WeightDType::from_format(f), capacity)
-            }
-            WeightDType::Quant(format) => Weight::Quant {
+    /// An empty buffer in `format`, with room for `capacity` elements.
+    pub fn empty(format: QuantFormat, capacity: usize) -> Self {
+        match format {
+            QuantFormat::F32 => Weight::F32(Vec::with_capacity(capacity)),
+            QuantFormat::Bf16 => Weight::Bf16(Vec::with_capacity(capacity)),
+            QuantFormat::F16 => Weight::F16(Vec::with_capacity(capacity)),
+            format => Weight::Quant {
                 format,
                 bytes: WeightBytes::owned(Vec::with_capacity(
                     capacity / format.block_size() * format.block_bytes(),
@@ -167,13 +131,15 @@ impl Weight {
         }
     }
 
-    pub fn dtype(&self) -> WeightDType {
+    /// The format the values are held in (a packed weight reports the
+    /// format it was packed from).
+    pub fn dtype(&self) -> QuantFormat {
         match self {
-            Weight::F32(_) => WeightDType::F32,
-            Weight::Bf16(_) => WeightDType::Bf16,
-            Weight::F16(_) => WeightDType::F16,
-            Weight::Quant { format, .. } => WeightDType::from_format(*format),
-            Weight::Packed(p) => WeightDType::Quant(p.format()),
+            Weight::F32(_) => QuantFormat::F32,
+            Weight::Bf16(_) => QuantFormat::Bf16,
+            Weight::F16(_) => QuantFormat::F16,
+            Weight::Quant { format, .. } => *format,
+            Weight::Packed(p) => p.format(),
         }
     }
 
@@ -252,7 +218,7 @@ impl Weight {
     /// Quantizes a `[rows × cols]` f32 matrix to `format` (Q8_0, Q4_0 and the
     /// other formats with a quantizer; the float formats convert).
     pub fn quantize(values: &[f32], cols: usize, format: QuantFormat) -> Result<Weight> {
-        let mut out = Weight::empty(WeightDType::from_format(format), values.len());
+        let mut out = Weight::empty(format, values.len());
         append_f32_rows(values, cols, &mut out)?;
         Ok(out)
     }
@@ -345,13 +311,13 @@ pub trait TensorSource {
     /// the stored one. The model reads each tensor in the format named here,
     /// and fuses the parts of a linear layer (q/k/v, gate/up) into one
     /// matrix only when their formats agree.
-    fn format_of(&self, name: &str, requested: WeightDType) -> Result<WeightDType> {
+    fn format_of(&self, name: &str, requested: QuantFormat) -> Result<QuantFormat> {
         let _ = name;
         Ok(requested)
     }
 
     /// One tensor on its own.
-    fn read(&self, name: &str, shape: &[usize], dtype: WeightDType) -> Result<Weight> {
+    fn read(&self, name: &str, shape: &[usize], dtype: QuantFormat) -> Result<Weight> {
         let mut out = Weight::empty(dtype, shape.iter().product());
         self.read_into(name, shape, &mut out)?;
         Ok(out)
@@ -360,7 +326,7 @@ pub trait TensorSource {
     /// Several tensors concatenated along their first axis (each given with
     /// its own shape), e.g. q/k/v into one `[(nq + 2·nkv)·hd × hidden]`
     /// matrix.
-    fn read_fused(&self, parts: &[(String, Vec<usize>)], dtype: WeightDType) -> Result<Weight> {
+    fn read_fused(&self, parts: &[(String, Vec<usize>)], dtype: QuantFormat) -> Result<Weight> {
         let total = parts.iter().map(|(_, s)| s.iter().product::<usize>()).sum();
         let mut out = Weight::empty(dtype, total);
         for (name, shape) in parts {
@@ -695,16 +661,16 @@ mod tests {
     fn dummy_is_deterministic_and_scaled() {
         let s = DummySource::new(7);
         let a = s
-            .read("w", &[300, 400], WeightDType::F32)
+            .read("w", &[300, 400], QuantFormat::F32)
             .unwrap()
             .into_f32();
         let b = s
-            .read("w", &[300, 400], WeightDType::F32)
+            .read("w", &[300, 400], QuantFormat::F32)
             .unwrap()
             .into_f32();
         assert_eq!(a, b);
         let c = DummySource::new(8)
-            .read("w", &[300, 400], WeightDType::F32)
+            .read("w", &[300, 400], QuantFormat::F32)
             .unwrap()
             .into_f32();
         assert_ne!(a, c);
@@ -714,7 +680,7 @@ mod tests {
             "{}",
             var.sqrt()
         );
-        let n = s.read("model.norm.weight", &[8], WeightDType::F32).unwrap();
+        let n = s.read("model.norm.weight", &[8], QuantFormat::F32).unwrap();
         assert_eq!(n.into_f32(), vec![1.0; 8]);
     }
 
@@ -724,21 +690,20 @@ mod tests {
             .iter()
             .flat_map(|x| x.to_le_bytes())
             .collect();
-        let mut w = Weight::empty(WeightDType::Bf16, 2);
+        let mut w = Weight::empty(QuantFormat::Bf16, 2);
         convert_into(&bytes, Dtype::F32, 3, &mut w).unwrap();
         assert_eq!(w.into_f32(), vec![1.0, 1.0, 1.0078125], "ties go to even");
-        let mut w = Weight::empty(WeightDType::F32, 2);
+        let mut w = Weight::empty(QuantFormat::F32, 2);
         assert!(convert_into(&bytes, Dtype::I64, 3, &mut w).is_err());
     }
 
     #[test]
     fn quantized_weights_load_convert_and_pack() {
         let s = DummySource::new(3);
-        let f = s.read("w", &[40, 64], WeightDType::F32).unwrap().into_f32();
+        let f = s.read("w", &[40, 64], QuantFormat::F32).unwrap().into_f32();
         for format in [QuantFormat::Q8_0, QuantFormat::Q4_0] {
-            let dtype = WeightDType::Quant(format);
-            let q = s.read("w", &[40, 64], dtype).unwrap();
-            assert_eq!(q.dtype(), dtype);
+            let q = s.read("w", &[40, 64], format).unwrap();
+            assert_eq!(q.dtype(), format);
             assert_eq!(q.len(), 40 * 64);
             assert_eq!(q.size_in_bytes(), 40 * format.row_bytes(64).unwrap());
             // Quantizing at load is the format's quantizer on the f32 rows.
@@ -756,7 +721,7 @@ mod tests {
             // Packing keeps every row and the reported dtype.
             let packed = q.clone().pack(40, 64);
             assert!(matches!(packed, Weight::Packed(_)));
-            assert_eq!(packed.dtype(), dtype);
+            assert_eq!(packed.dtype(), format);
             let (mut r1, mut r2) = (vec![0.0; 64], vec![0.0; 64]);
             for row in [0, 17, 39] {
                 q.row_to_f32(row, 64, &mut r1);
@@ -765,12 +730,10 @@ mod tests {
             }
         }
         // A format without a quantizer is refused at load, with its name.
-        let err = s
-            .read("w", &[2, 256], WeightDType::Quant(QuantFormat::Q4K))
-            .unwrap_err();
+        let err = s.read("w", &[2, 256], QuantFormat::Q4K).unwrap_err();
         assert!(format!("{err:#}").contains("Q4_K"), "{err:#}");
         // F16 converts.
-        let h = s.read("w", &[40, 64], WeightDType::F16).unwrap();
+        let h = s.read("w", &[40, 64], QuantFormat::F16).unwrap();
         assert_eq!(h.size_in_bytes(), 40 * 64 * 2);
     }
 
