@@ -26,7 +26,6 @@ use sluice_core::{NewRequest, SamplingParams, Scheduler, SchedulerConfig};
 use sluice_model::kernels::QuantFormat;
 use sluice_model::kv_cache::KvCacheConfig;
 use sluice_model::runner::ModelRunner;
-use sluice_model::weights::WeightDType;
 use sluice_model::{builtin, load_dummy_as, load_model, DType, LoadFormat, LoadedModel, ModelSpec};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -324,9 +323,9 @@ fn bench(args: &BenchModelArgs) -> Result<()> {
         // cannot fit is known from the shape alone.
         kv.check(&config).context(kv_flags).map_err(config_error)?;
         let weights = match quantization {
-            Some(q) => WeightDType::from_format(q),
-            None if dtype == DType::F32 => WeightDType::F32,
-            None => WeightDType::Bf16,
+            Some(q) => q,
+            None if dtype == DType::F32 => QuantFormat::F32,
+            None => QuantFormat::Bf16,
         };
         let weights_desc = format!("the built-in shape, dummy {weights:?} weights");
         (

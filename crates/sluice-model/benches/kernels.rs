@@ -48,25 +48,16 @@ const LAYERS: usize = 24;
 /// Bytes of weights a decode benchmark cycles through (> the 32 MiB L3).
 const ROTATE_BYTES: usize = 160 << 20;
 
-#[derive(Clone, Copy, PartialEq)]
-enum Dt {
-    F32,
-    Bf16,
+/// The float formats' name in a benchmark id (`f32`, `bf16`): lower case,
+/// as the ids have always been spelled, so baselines stay comparable.
+fn id(format: QuantFormat) -> String {
+    format.name().to_ascii_lowercase()
 }
 
-impl Dt {
-    fn name(self) -> &'static str {
-        match self {
-            Dt::F32 => "f32",
-            Dt::Bf16 => "bf16",
-        }
-    }
-    fn bytes(self) -> usize {
-        match self {
-            Dt::F32 => 4,
-            Dt::Bf16 => 2,
-        }
-    }
+/// Bytes per element of a float format (its blocks hold one element).
+fn elem_bytes(format: QuantFormat) -> usize {
+    debug_assert_eq!(format.block_size(), 1, "{format} is a float format");
+    format.block_bytes()
 }
 
 /// A weight matrix in one dtype.
@@ -76,7 +67,7 @@ enum W {
 }
 
 impl W {
-    fn random(dt: Dt, len: usize, seed: u64) -> W {
+    fn random(dt: QuantFormat, len: usize, seed: u64) -> W {
         let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
         let mut next = move || {
             s ^= s << 13;
@@ -85,8 +76,9 @@ impl W {
             ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.1
         };
         match dt {
-            Dt::F32 => W::F32((0..len).map(|_| next()).collect()),
-            Dt::Bf16 => W::Bf16((0..len).map(|_| kernels::f32_to_bf16(next())).collect()),
+            QuantFormat::F32 => W::F32((0..len).map(|_| next()).collect()),
+            QuantFormat::Bf16 => W::Bf16((0..len).map(|_| kernels::f32_to_bf16(next())).collect()),
+            other => unreachable!("the float benchmarks run F32 and BF16, not {other}"),
         }
     }
     fn r(&self) -> WeightRef<'_> {
@@ -166,8 +158,8 @@ fn xor_fold(v: &[u64]) -> u64 {
 fn decode(c: &mut Criterion) {
     let mut g = c.benchmark_group("decode");
     for (name, k, n) in SHAPES {
-        for dt in [Dt::Bf16, Dt::F32] {
-            let bytes = n * k * dt.bytes();
+        for dt in [QuantFormat::Bf16, QuantFormat::F32] {
+            let bytes = n * k * elem_bytes(dt);
             let copies = ROTATE_BYTES.div_ceil(bytes).max(2);
             let ws: Vec<W> = (0..copies)
                 .map(|s| W::random(dt, n * k, s as u64))
@@ -177,7 +169,7 @@ fn decode(c: &mut Criterion) {
             g.throughput(Throughput::Bytes(bytes as u64));
             for threads in [1, 2] {
                 let mut i = 0;
-                g.bench_function(format!("{name}/{}/{threads}t", dt.name()), |b| {
+                g.bench_function(format!("{name}/{}/{threads}t", id(dt)), |b| {
                     b.iter(|| {
                         i = (i + 1) % copies;
                         kernels::matmul_with(opts(threads), &x, 1, k, ws[i].r(), n, &mut out);
@@ -192,8 +184,8 @@ fn decode(c: &mut Criterion) {
 fn batch(c: &mut Criterion) {
     let mut g = c.benchmark_group("batch");
     for (name, k, n) in SHAPES {
-        let dt = Dt::Bf16;
-        let bytes = n * k * dt.bytes();
+        let dt = QuantFormat::Bf16;
+        let bytes = n * k * elem_bytes(dt);
         let copies = ROTATE_BYTES.div_ceil(bytes).max(2);
         let ws: Vec<W> = (0..copies)
             .map(|s| W::random(dt, n * k, s as u64))
@@ -203,7 +195,7 @@ fn batch(c: &mut Criterion) {
             let x = xs(m * k);
             let mut out = vec![0.0f32; m * n];
             let mut i = 0;
-            g.bench_function(format!("{name}/{}/m{m}/2t", dt.name()), |b| {
+            g.bench_function(format!("{name}/{}/m{m}/2t", id(dt)), |b| {
                 b.iter(|| {
                     i = (i + 1) % copies;
                     kernels::matmul_with(opts(2), &x, m, k, ws[i].r(), n, &mut out);
@@ -217,14 +209,14 @@ fn batch(c: &mut Criterion) {
 fn prefill(c: &mut Criterion) {
     let mut g = c.benchmark_group("prefill");
     for (name, k, n) in SHAPES {
-        for dt in [Dt::Bf16, Dt::F32] {
+        for dt in [QuantFormat::Bf16, QuantFormat::F32] {
             let w = W::random(dt, n * k, 1);
             for m in [128, 512] {
                 let x = xs(m * k);
                 let mut out = vec![0.0f32; m * n];
                 g.throughput(Throughput::Elements((2 * m * n * k) as u64));
                 for threads in [1, 2] {
-                    g.bench_function(format!("{name}/{}/m{m}/{threads}t", dt.name()), |b| {
+                    g.bench_function(format!("{name}/{}/m{m}/{threads}t", id(dt)), |b| {
                         b.iter(|| kernels::matmul_with(opts(threads), &x, m, k, w.r(), n, &mut out))
                     });
                 }
@@ -239,7 +231,10 @@ fn candle(c: &mut Criterion) {
     let dev = Device::Cpu;
     let mut g = c.benchmark_group("candle");
     for (name, k, n) in SHAPES {
-        for (dt, cdt) in [(Dt::F32, DType::F32), (Dt::Bf16, DType::BF16)] {
+        for (dt, cdt) in [
+            (QuantFormat::F32, DType::F32),
+            (QuantFormat::Bf16, DType::BF16),
+        ] {
             let Ok(w) = Tensor::randn(0f32, 0.05, (n, k), &dev).and_then(|t| t.to_dtype(cdt))
             else {
                 eprintln!("candle: cannot build weights");
@@ -251,11 +246,11 @@ fn candle(c: &mut Criterion) {
                     return;
                 };
                 if m == 1 {
-                    g.throughput(Throughput::Bytes((n * k * dt.bytes()) as u64));
+                    g.throughput(Throughput::Bytes((n * k * elem_bytes(dt)) as u64));
                 } else {
                     g.throughput(Throughput::Elements((2 * m * n * k) as u64));
                 }
-                g.bench_function(format!("{name}/{}/m{m}", dt.name()), |b| {
+                g.bench_function(format!("{name}/{}/m{m}", id(dt)), |b| {
                     b.iter(|| black_box(x.matmul(&w.t().expect("2-d")).expect("shapes agree")))
                 });
             }
@@ -275,7 +270,7 @@ const INTER: usize = 4864;
 const VOCAB: usize = 32000;
 
 impl Model {
-    fn new(dt: Dt) -> Model {
+    fn new(dt: QuantFormat) -> Model {
         let layers = (0..LAYERS)
             .map(|l| {
                 let s = 10 * l as u64;
@@ -341,13 +336,13 @@ impl Bufs {
 
 fn model(c: &mut Criterion) {
     let mut g = c.benchmark_group("model");
-    for dt in [Dt::Bf16, Dt::F32] {
+    for dt in [QuantFormat::Bf16, QuantFormat::F32] {
         let model = Model::new(dt);
         for (m, threads) in [(1, 1), (1, 2), (8, 2), (32, 2), (128, 2)] {
             let mut bufs = Bufs::new(m);
             g.throughput(Throughput::Elements(m as u64));
             let what = if m <= 32 { "decode" } else { "prefill" };
-            g.bench_function(format!("{what}/{}/m{m}/{threads}t", dt.name()), |b| {
+            g.bench_function(format!("{what}/{}/m{m}/{threads}t", id(dt)), |b| {
                 b.iter(|| model.step(m, threads, &mut bufs))
             });
         }
@@ -368,7 +363,7 @@ fn dispatch(c: &mut Criterion) {
     g.bench_function("rayon_join_noop", |b| {
         b.iter(|| rayon::join(|| black_box(1), || black_box(2)))
     });
-    let w = W::random(Dt::Bf16, 64 * 64, 3);
+    let w = W::random(QuantFormat::Bf16, 64 * 64, 3);
     let x = xs(64);
     let mut out = vec![0.0; 64];
     g.bench_function("matmul_64x64_m1/2t", |b| {

@@ -17,7 +17,7 @@
 use crate::config::{GenerationConfig, ModelConfig, RopeScaling};
 use crate::kernels::QuantFormat;
 use crate::model::arch::{Architecture, TensorNaming};
-use crate::weights::{TensorSource, Weight, WeightBytes, WeightDType};
+use crate::weights::{TensorSource, Weight, WeightBytes};
 use anyhow::{anyhow, bail, Context, Result};
 use sluice_gguf::{GgmlType, GgufFile, Metadata, TensorInfo};
 use sluice_tokenizer::GgufVocab;
@@ -366,7 +366,7 @@ impl TensorSource for GgufSource {
         }
     }
 
-    fn format_of(&self, name: &str, requested: WeightDType) -> Result<WeightDType> {
+    fn format_of(&self, name: &str, requested: QuantFormat) -> Result<QuantFormat> {
         let info = self.file.require_tensor(name)?;
         let stored = stored_format(info)?;
         Ok(if stored.is_float() && !self.keep_stored {
@@ -374,7 +374,7 @@ impl TensorSource for GgufSource {
             requested
         } else {
             // The stored format, used by the kernels as it is.
-            WeightDType::from_format(stored)
+            stored
         })
     }
 
@@ -406,7 +406,7 @@ impl TensorSource for GgufSource {
                 None => row,
             }
         };
-        let same_format = out.dtype() == WeightDType::from_format(stored);
+        let same_format = out.dtype() == stored;
         let quantized = !stored.is_float();
         if same_format && quantized {
             if out.is_empty() && permuted.is_none() {
@@ -433,7 +433,7 @@ impl TensorSource for GgufSource {
                 "{name}: stored as {}, cannot be converted to {} (requantizing would lose \
                  accuracy twice)",
                 stored.name(),
-                out.dtype().format().name()
+                out.dtype().name()
             );
         }
         // Decode row by row to f32, then append in the output's dtype.

@@ -41,15 +41,18 @@ pub use rope::Rope;
 pub use wiring::{Activation, LayerWiring, NormPlacement};
 
 use crate::config::ModelConfig;
-use crate::weights::{TensorSource, Weight, WeightDType};
+use crate::kernels::QuantFormat;
+use crate::weights::{TensorSource, Weight};
 use anyhow::{bail, Context, Result};
 use layers::Loader;
 
 /// A loaded model, shareable across threads (`Arc<Model>`).
 pub struct Model {
     pub config: ModelConfig,
-    /// What linear weights and the embedding were asked for in.
-    pub dtype: WeightDType,
+    /// What linear weights and the embedding were asked for in. Norm
+    /// weights and biases are always f32 (they are tiny and feed f32
+    /// arithmetic directly).
+    pub dtype: QuantFormat,
     /// `[vocab × hidden]`.
     pub embed_tokens: Weight,
     pub layers: Vec<DecoderLayer>,
@@ -116,7 +119,7 @@ impl Model {
     pub fn load(
         config: &ModelConfig,
         source: &dyn TensorSource,
-        dtype: WeightDType,
+        dtype: QuantFormat,
     ) -> Result<Self> {
         Self::load_planned(config, source, dtype, DecoderPlan::of(config))
     }
@@ -126,7 +129,7 @@ impl Model {
     pub fn load_planned(
         config: &ModelConfig,
         source: &dyn TensorSource,
-        dtype: WeightDType,
+        dtype: QuantFormat,
         plan: DecoderPlan,
     ) -> Result<Self> {
         config.validate()?;

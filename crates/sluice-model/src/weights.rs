@@ -1,6 +1,7 @@
 //! Weight storage and the two places weights come from: a memory-mapped
-//! safetensors checkpoint (single file or sharded with an index) and a
-//! deterministic dummy generator (`--load-format dummy`).
+//! safetensors checkpoint (single file or sharded with an index; its reader
+//! is `weights/safetensors.rs`) and a deterministic dummy generator
+//! (`--load-format dummy`).
 //!
 //! Promises: a tensor is only handed out with exactly the shape the model
 //! asked for, converted to the compute dtype (f32, bf16 or f16 bit
@@ -14,49 +15,15 @@
 //! load time. Checkpoint pages are released once copied, so loading peaks at
 //! about the size of the model plus one tensor, not twice the model.
 
+mod safetensors;
+
+pub use self::safetensors::SafetensorsSource;
+
 use crate::kernels::{PackedWeight, QuantFormat, WeightRef};
 use crate::model::arch::TensorNaming;
-use anyhow::{anyhow, bail, Context, Result};
-use memmap2::Mmap;
-use safetensors::{tensor::Metadata, Dtype, SafeTensors};
-use std::collections::HashMap;
+use anyhow::{bail, Result};
 use std::ops::Range;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-/// The dtype linear-layer weights are kept in. Norm weights and biases are
-/// always f32 (they are tiny and feed f32 arithmetic directly).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum WeightDType {
-    F32,
-    Bf16,
-    F16,
-    /// A block-quantized format (never one of the float formats: those are
-    /// the variants above; `from_format` maps them).
-    Quant(QuantFormat),
-}
-
-impl WeightDType {
-    /// The dtype holding values of `format`.
-    pub fn from_format(format: QuantFormat) -> WeightDType {
-        match format {
-            QuantFormat::F32 => WeightDType::F32,
-            QuantFormat::Bf16 => WeightDType::Bf16,
-            QuantFormat::F16 => WeightDType::F16,
-            f => WeightDType::Quant(f),
-        }
-    }
-
-    /// The weight format of this dtype.
-    pub fn format(self) -> QuantFormat {
-        match self {
-            WeightDType::F32 => QuantFormat::F32,
-            WeightDType::Bf16 => QuantFormat::Bf16,
-            WeightDType::F16 => QuantFormat::F16,
-            WeightDType::Quant(f) => f,
-        }
-    }
-}
 
 /// The bytes of a quantized weight: owned, or a range of a buffer (a memory
 /// map) that the `Arc` keeps alive, so a GGUF loader can hand mapped tensor
@@ -150,15 +117,13 @@ pub enum Weight {
 }
 
 impl Weight {
-    pub fn empty(dtype: WeightDType, capacity: usize) -> Self {
-        match dtype {
-            WeightDType::F32 => Weight::F32(Vec::with_capacity(capacity)),
-            WeightDType::Bf16 => Weight::Bf16(Vec::with_capacity(capacity)),
-            WeightDType::F16 => Weight::F16(Vec::with_capacity(capacity)),
-            WeightDType::Quant(f) if f.is_float() => {
-                Weight::empty(WeightDType::from_format(f), capacity)
-            }
-            WeightDType::Quant(format) => Weight::Quant {
+    /// An empty buffer in `format`, with room for `capacity` elements.
+    pub fn empty(format: QuantFormat, capacity: usize) -> Self {
+        match format {
+            QuantFormat::F32 => Weight::F32(Vec::with_capacity(capacity)),
+            QuantFormat::Bf16 => Weight::Bf16(Vec::with_capacity(capacity)),
+            QuantFormat::F16 => Weight::F16(Vec::with_capacity(capacity)),
+            format => Weight::Quant {
                 format,
                 bytes: WeightBytes::owned(Vec::with_capacity(
                     capacity / format.block_size() * format.block_bytes(),
@@ -167,13 +132,15 @@ impl Weight {
         }
     }
 
-    pub fn dtype(&self) -> WeightDType {
+    /// The format the values are held in (a packed weight reports the
+    /// format it was packed from).
+    pub fn dtype(&self) -> QuantFormat {
         match self {
-            Weight::F32(_) => WeightDType::F32,
-            Weight::Bf16(_) => WeightDType::Bf16,
-            Weight::F16(_) => WeightDType::F16,
-            Weight::Quant { format, .. } => WeightDType::from_format(*format),
-            Weight::Packed(p) => WeightDType::Quant(p.format()),
+            Weight::F32(_) => QuantFormat::F32,
+            Weight::Bf16(_) => QuantFormat::Bf16,
+            Weight::F16(_) => QuantFormat::F16,
+            Weight::Quant { format, .. } => *format,
+            Weight::Packed(p) => p.format(),
         }
     }
 
@@ -252,7 +219,7 @@ impl Weight {
     /// Quantizes a `[rows × cols]` f32 matrix to `format` (Q8_0, Q4_0 and the
     /// other formats with a quantizer; the float formats convert).
     pub fn quantize(values: &[f32], cols: usize, format: QuantFormat) -> Result<Weight> {
-        let mut out = Weight::empty(WeightDType::from_format(format), values.len());
+        let mut out = Weight::empty(format, values.len());
         append_f32_rows(values, cols, &mut out)?;
         Ok(out)
     }
@@ -345,13 +312,13 @@ pub trait TensorSource {
     /// the stored one. The model reads each tensor in the format named here,
     /// and fuses the parts of a linear layer (q/k/v, gate/up) into one
     /// matrix only when their formats agree.
-    fn format_of(&self, name: &str, requested: WeightDType) -> Result<WeightDType> {
+    fn format_of(&self, name: &str, requested: QuantFormat) -> Result<QuantFormat> {
         let _ = name;
         Ok(requested)
     }
 
     /// One tensor on its own.
-    fn read(&self, name: &str, shape: &[usize], dtype: WeightDType) -> Result<Weight> {
+    fn read(&self, name: &str, shape: &[usize], dtype: QuantFormat) -> Result<Weight> {
         let mut out = Weight::empty(dtype, shape.iter().product());
         self.read_into(name, shape, &mut out)?;
         Ok(out)
@@ -360,7 +327,7 @@ pub trait TensorSource {
     /// Several tensors concatenated along their first axis (each given with
     /// its own shape), e.g. q/k/v into one `[(nq + 2·nkv)·hd × hidden]`
     /// matrix.
-    fn read_fused(&self, parts: &[(String, Vec<usize>)], dtype: WeightDType) -> Result<Weight> {
+    fn read_fused(&self, parts: &[(String, Vec<usize>)], dtype: QuantFormat) -> Result<Weight> {
         let total = parts.iter().map(|(_, s)| s.iter().product::<usize>()).sum();
         let mut out = Weight::empty(dtype, total);
         for (name, shape) in parts {
@@ -368,206 +335,6 @@ pub trait TensorSource {
         }
         Ok(out)
     }
-}
-
-// ---------------------------------------------------------------------------
-// safetensors checkpoints
-
-struct MappedFile {
-    path: PathBuf,
-    mmap: Mmap,
-    /// Byte offset of the tensor data (after the 8-byte length and header).
-    data_start: usize,
-    metadata: Metadata,
-}
-
-/// A memory-mapped checkpoint: `model.safetensors`, or the shards listed in
-/// `model.safetensors.index.json`.
-pub struct SafetensorsSource {
-    files: Vec<MappedFile>,
-    /// Tensor name → index into `files`.
-    index: HashMap<String, usize>,
-}
-
-#[derive(serde::Deserialize)]
-struct ShardIndex {
-    weight_map: HashMap<String, String>,
-}
-
-impl SafetensorsSource {
-    /// Opens the checkpoint in `dir`, preferring a shard index when present.
-    pub fn open(dir: &Path) -> Result<Self> {
-        let index_path = dir.join("model.safetensors.index.json");
-        let single_path = dir.join("model.safetensors");
-        if index_path.exists() {
-            let text = std::fs::read_to_string(&index_path)
-                .with_context(|| format!("cannot read {}", index_path.display()))?;
-            let shard_index: ShardIndex = serde_json::from_str(&text).with_context(|| {
-                format!(
-                    "{} is not a safetensors index (no `weight_map`)",
-                    index_path.display()
-                )
-            })?;
-            let mut shard_names: Vec<&String> = shard_index.weight_map.values().collect();
-            shard_names.sort();
-            shard_names.dedup();
-            let mut files = Vec::with_capacity(shard_names.len());
-            let mut file_of_shard = HashMap::new();
-            for shard in shard_names {
-                let path = dir.join(shard);
-                file_of_shard.insert(shard.clone(), files.len());
-                files.push(MappedFile::open(&path)?);
-            }
-            let mut index = HashMap::with_capacity(shard_index.weight_map.len());
-            for (name, shard) in &shard_index.weight_map {
-                let f = file_of_shard[shard];
-                if files[f].metadata.info(name).is_none() {
-                    bail!(
-                        "{} lists tensor {name} in {shard}, but that file does not contain it",
-                        index_path.display()
-                    );
-                }
-                index.insert(name.clone(), f);
-            }
-            Ok(SafetensorsSource { files, index })
-        } else if single_path.exists() {
-            let file = MappedFile::open(&single_path)?;
-            let index = file
-                .metadata
-                .tensors()
-                .into_keys()
-                .map(|n| (n, 0))
-                .collect();
-            Ok(SafetensorsSource {
-                files: vec![file],
-                index,
-            })
-        } else {
-            bail!(
-                "no model weights in {}: expected model.safetensors or model.safetensors.index.json",
-                dir.display()
-            )
-        }
-    }
-
-    /// Every tensor name, for diagnostics.
-    pub fn tensor_names(&self) -> Vec<&str> {
-        let mut v: Vec<&str> = self.index.keys().map(|s| s.as_str()).collect();
-        v.sort_unstable();
-        v
-    }
-}
-
-impl MappedFile {
-    fn open(path: &Path) -> Result<Self> {
-        let file = std::fs::File::open(path)
-            .with_context(|| format!("cannot open weights file {}", path.display()))?;
-        // SAFETY: the checkpoint is opened read-only and only read while
-        // mapped; like every mmap-based loader, we rely on nobody truncating
-        // the file underneath us during loading.
-        let mmap = unsafe { Mmap::map(&file) }
-            .with_context(|| format!("cannot memory-map {}", path.display()))?;
-        let (header_len, metadata) = SafeTensors::read_metadata(&mmap)
-            .map_err(|e| anyhow!("{} is not a valid safetensors file: {e}", path.display()))?;
-        Ok(MappedFile {
-            path: path.to_path_buf(),
-            mmap,
-            data_start: 8 + header_len,
-            metadata,
-        })
-    }
-
-    /// Lets the kernel drop the pages of a tensor we have copied, so that the
-    /// resident set does not hold the checkpoint and the model at once.
-    fn release(&self, start: usize, end: usize) {
-        // SAFETY: the mapping is read-only and file-backed, so MADV_DONTNEED
-        // only drops page-table entries; a later read faults the same file
-        // contents back in. No data visible through `self.mmap` changes.
-        let _ = unsafe {
-            self.mmap
-                .unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start)
-        };
-    }
-}
-
-impl TensorSource for SafetensorsSource {
-    fn contains(&self, name: &str) -> bool {
-        self.index.contains_key(name)
-    }
-
-    fn read_into(&self, name: &str, shape: &[usize], out: &mut Weight) -> Result<()> {
-        let &f = self
-            .index
-            .get(name)
-            .ok_or_else(|| anyhow!("missing tensor {name} in the checkpoint"))?;
-        let file = &self.files[f];
-        let info = file
-            .metadata
-            .info(name)
-            .ok_or_else(|| anyhow!("missing tensor {name} in {}", file.path.display()))?;
-        if info.shape != shape {
-            bail!(
-                "tensor {name} in {} has shape {:?}, expected {:?}",
-                file.path.display(),
-                info.shape,
-                shape
-            );
-        }
-        let (start, end) = (
-            file.data_start + info.data_offsets.0,
-            file.data_start + info.data_offsets.1,
-        );
-        let bytes = &file.mmap[start..end];
-        let cols = shape.last().copied().unwrap_or(1);
-        convert_into(bytes, info.dtype, cols, out)
-            .with_context(|| format!("tensor {name} in {}", file.path.display()))?;
-        file.release(start, end);
-        Ok(())
-    }
-}
-
-/// Appends little-endian `bytes` of dtype `src` (rows of `cols` values) to
-/// `out`, converting (or quantizing, for a quantized `out`).
-fn convert_into(bytes: &[u8], src: Dtype, cols: usize, out: &mut Weight) -> Result<()> {
-    let f16_to_f32 = |b: u16| half::f16::from_bits(b).to_f32();
-    let f32_to_bf16 = |x: f32| half::bf16::from_f32(x).to_bits();
-    let u16s = || {
-        bytes
-            .chunks_exact(2)
-            .map(|c| u16::from_le_bytes([c[0], c[1]]))
-    };
-    let f32s = || {
-        bytes
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-    };
-    match (src, out) {
-        (Dtype::F32, Weight::F32(v)) => v.extend(f32s()),
-        (Dtype::F32, Weight::Bf16(v)) => v.extend(f32s().map(f32_to_bf16)),
-        (Dtype::BF16, Weight::F32(v)) => v.extend(u16s().map(crate::kernels::bf16_to_f32)),
-        (Dtype::BF16, Weight::Bf16(v)) => v.extend(u16s()),
-        (Dtype::F16, Weight::F32(v)) => v.extend(u16s().map(f16_to_f32)),
-        (Dtype::F16, Weight::Bf16(v)) => v.extend(u16s().map(|b| f32_to_bf16(f16_to_f32(b)))),
-        (Dtype::F16, Weight::F16(v)) => v.extend(u16s()),
-        (Dtype::F32 | Dtype::BF16 | Dtype::F16, out @ (Weight::F16(_) | Weight::Quant { .. })) => {
-            // Through f32 (exact for every source), one row at a time so a
-            // large tensor never exists in f32 all at once.
-            let width = if src == Dtype::F32 { 4 } else { 2 };
-            let cols = cols.max(1);
-            let mut row = Vec::with_capacity(cols);
-            for chunk in bytes.chunks(cols * width) {
-                row.clear();
-                row.extend(chunk.chunks_exact(width).map(|c| match src {
-                    Dtype::F32 => f32::from_le_bytes([c[0], c[1], c[2], c[3]]),
-                    Dtype::BF16 => crate::kernels::bf16_to_f32(u16::from_le_bytes([c[0], c[1]])),
-                    _ => f16_to_f32(u16::from_le_bytes([c[0], c[1]])),
-                }));
-                append_f32_rows(&row, cols, out)?;
-            }
-        }
-        (other, _) => bail!("unsupported dtype {other:?} (supported: F32, BF16, F16)"),
-    }
-    Ok(())
 }
 
 // ---------------------------------------------------------------------------
@@ -695,16 +462,16 @@ mod tests {
     fn dummy_is_deterministic_and_scaled() {
         let s = DummySource::new(7);
         let a = s
-            .read("w", &[300, 400], WeightDType::F32)
+            .read("w", &[300, 400], QuantFormat::F32)
             .unwrap()
             .into_f32();
         let b = s
-            .read("w", &[300, 400], WeightDType::F32)
+            .read("w", &[300, 400], QuantFormat::F32)
             .unwrap()
             .into_f32();
         assert_eq!(a, b);
         let c = DummySource::new(8)
-            .read("w", &[300, 400], WeightDType::F32)
+            .read("w", &[300, 400], QuantFormat::F32)
             .unwrap()
             .into_f32();
         assert_ne!(a, c);
@@ -714,31 +481,17 @@ mod tests {
             "{}",
             var.sqrt()
         );
-        let n = s.read("model.norm.weight", &[8], WeightDType::F32).unwrap();
+        let n = s.read("model.norm.weight", &[8], QuantFormat::F32).unwrap();
         assert_eq!(n.into_f32(), vec![1.0; 8]);
-    }
-
-    #[test]
-    fn conversion_rounds_to_bf16() {
-        let bytes: Vec<u8> = [1.0f32, 1.0 + 1.0 / 256.0, 1.004]
-            .iter()
-            .flat_map(|x| x.to_le_bytes())
-            .collect();
-        let mut w = Weight::empty(WeightDType::Bf16, 2);
-        convert_into(&bytes, Dtype::F32, 3, &mut w).unwrap();
-        assert_eq!(w.into_f32(), vec![1.0, 1.0, 1.0078125], "ties go to even");
-        let mut w = Weight::empty(WeightDType::F32, 2);
-        assert!(convert_into(&bytes, Dtype::I64, 3, &mut w).is_err());
     }
 
     #[test]
     fn quantized_weights_load_convert_and_pack() {
         let s = DummySource::new(3);
-        let f = s.read("w", &[40, 64], WeightDType::F32).unwrap().into_f32();
+        let f = s.read("w", &[40, 64], QuantFormat::F32).unwrap().into_f32();
         for format in [QuantFormat::Q8_0, QuantFormat::Q4_0] {
-            let dtype = WeightDType::Quant(format);
-            let q = s.read("w", &[40, 64], dtype).unwrap();
-            assert_eq!(q.dtype(), dtype);
+            let q = s.read("w", &[40, 64], format).unwrap();
+            assert_eq!(q.dtype(), format);
             assert_eq!(q.len(), 40 * 64);
             assert_eq!(q.size_in_bytes(), 40 * format.row_bytes(64).unwrap());
             // Quantizing at load is the format's quantizer on the f32 rows.
@@ -756,7 +509,7 @@ mod tests {
             // Packing keeps every row and the reported dtype.
             let packed = q.clone().pack(40, 64);
             assert!(matches!(packed, Weight::Packed(_)));
-            assert_eq!(packed.dtype(), dtype);
+            assert_eq!(packed.dtype(), format);
             let (mut r1, mut r2) = (vec![0.0; 64], vec![0.0; 64]);
             for row in [0, 17, 39] {
                 q.row_to_f32(row, 64, &mut r1);
@@ -765,12 +518,10 @@ mod tests {
             }
         }
         // A format without a quantizer is refused at load, with its name.
-        let err = s
-            .read("w", &[2, 256], WeightDType::Quant(QuantFormat::Q4K))
-            .unwrap_err();
+        let err = s.read("w", &[2, 256], QuantFormat::Q4K).unwrap_err();
         assert!(format!("{err:#}").contains("Q4_K"), "{err:#}");
         // F16 converts.
-        let h = s.read("w", &[40, 64], WeightDType::F16).unwrap();
+        let h = s.read("w", &[40, 64], QuantFormat::F16).unwrap();
         assert_eq!(h.size_in_bytes(), 40 * 64 * 2);
     }
 

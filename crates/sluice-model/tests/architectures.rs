@@ -9,9 +9,9 @@ mod common;
 
 use common::*;
 use sluice_model::config::Architecture;
+use sluice_model::kernels::QuantFormat;
 use sluice_model::kv_cache::{KvCache, KvCacheConfig};
 use sluice_model::model::{ForwardBatch, LinearWeight};
-use sluice_model::weights::WeightDType;
 use sluice_model::{load_model, DType, LoadFormat, LoadedModel, ModelSpec};
 use std::sync::Arc;
 
@@ -84,7 +84,7 @@ fn parts_in_different_formats_run_as_one_layer() {
             let formats: Vec<_> = parts.iter().map(|p| p.weight.dtype()).collect();
             assert_eq!(
                 formats,
-                [WeightDType::F32, WeightDType::F32, WeightDType::Bf16]
+                [QuantFormat::F32, QuantFormat::F32, QuantFormat::Bf16]
             );
             assert!(matches!(
                 layer.mlp.gate_up_proj.weight,

@@ -15,7 +15,6 @@ use sluice_model::kernels::{
 use sluice_model::kv_cache::{KvCache, KvCacheConfig};
 use sluice_model::model::ForwardBatch;
 use sluice_model::sampling::RequestSampler;
-use sluice_model::weights::WeightDType;
 use sluice_model::{builtin, load_dummy_as, LoadedModel};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
@@ -61,15 +60,11 @@ fn set_kernel_path_caps_every_family() {
 /// from the portable path's: f32 and f16 only differ by FMA roundings; on
 /// AVX-512 bf16 rounds activations to bf16 (`vdpbf16ps`), and a quantized
 /// model requantizes activations that moved by such a rounding.
-const FORMATS: [(WeightDType, KernelFamily, f32); 4] = [
-    (WeightDType::F32, KernelFamily::F32, 1e-4),
-    (WeightDType::F16, KernelFamily::F16, 1e-3),
-    (WeightDType::Bf16, KernelFamily::Bf16, 2e-2),
-    (
-        WeightDType::Quant(QuantFormat::Q8_0),
-        KernelFamily::Quant,
-        2e-2,
-    ),
+const FORMATS: [(QuantFormat, KernelFamily, f32); 4] = [
+    (QuantFormat::F32, KernelFamily::F32, 1e-4),
+    (QuantFormat::F16, KernelFamily::F16, 1e-3),
+    (QuantFormat::Bf16, KernelFamily::Bf16, 2e-2),
+    (QuantFormat::Q8_0, KernelFamily::Quant, 2e-2),
 ];
 
 /// Last-row logits of a 20-token prefill (long enough that RMSNorm, SwiGLU
@@ -178,7 +173,7 @@ fn child_runs_every_family_on_the_environment_cap() {
     }
 
     // The sampler's loops give the same bits on every path.
-    let loaded = load_dummy_as(config, generation, WeightDType::F32, 9).expect("loads");
+    let loaded = load_dummy_as(config, generation, QuantFormat::F32, 9).expect("loads");
     let all = logits(&loaded);
     let row = &all[..all.len() / 2];
     let capped = sample(row);

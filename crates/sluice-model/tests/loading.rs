@@ -126,7 +126,7 @@ fn bf16_weights_stay_close_to_f32() {
     for name in FIXTURES {
         let f = fixture(name);
         let bf16 = load_model(&spec(&f.dir, DType::Bf16)).unwrap();
-        assert_eq!(bf16.model.dtype, sluice_model::weights::WeightDType::Bf16);
+        assert_eq!(bf16.model.dtype, sluice_model::kernels::QuantFormat::Bf16);
         for p in &f.prompts {
             let diff = max_abs_diff(&last_logits(&bf16, &p.input_ids), &p.prompt_last_logits);
             assert!(diff < 0.12, "{name}/{}: {diff}", p.name);

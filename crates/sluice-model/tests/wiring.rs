@@ -8,12 +8,13 @@
 
 use anyhow::bail;
 use sluice_model::config::ModelConfig;
+use sluice_model::kernels::QuantFormat;
 use sluice_model::kv_cache::{KvCache, KvCacheConfig};
 use sluice_model::model::{
     Activation, DecoderPlan, ForwardBatch, LayerAttention, LayerWiring, Model, NormPlacement,
     RopeParams,
 };
-use sluice_model::weights::{TensorSource, Weight, WeightDType};
+use sluice_model::weights::{TensorSource, Weight};
 
 const CONFIG: &str = r#"{"architectures":["LlamaForCausalLM"],"hidden_size":64,
     "num_hidden_layers":2,"num_attention_heads":4,"num_key_value_heads":2,"head_dim":16,
@@ -223,7 +224,7 @@ fn run(model: &Model, c: &ModelConfig, ids: &[u32]) -> Vec<f32> {
 fn post_norms_gelu_scaled_embedding_and_softcap_match_a_dense_reference() {
     let c = ModelConfig::from_json(CONFIG).unwrap();
     let plan = plan(&c);
-    let model = Model::load_planned(&c, &Random, WeightDType::F32, plan.clone()).unwrap();
+    let model = Model::load_planned(&c, &Random, QuantFormat::F32, plan.clone()).unwrap();
     let ids: Vec<u32> = (0..21).map(|i| (i * 17 + 3) % 50).collect();
     let got = run(&model, &c, &ids);
     let want = reference(&c, &plan, &ids);
@@ -269,7 +270,7 @@ fn a_layer_with_a_sliding_window_is_refused_naming_the_key() {
     let c = ModelConfig::from_json(CONFIG).unwrap();
     let mut plan = DecoderPlan::of(&c);
     plan.layers[1].window = Some(4);
-    let e = Model::load_planned(&c, &Random, WeightDType::F32, plan)
+    let e = Model::load_planned(&c, &Random, QuantFormat::F32, plan)
         .err()
         .expect("a windowed layer cannot run yet");
     let e = format!("{e:#}");
@@ -289,5 +290,5 @@ fn a_sliding_window_transformers_ignores_keeps_loading() {
     let plan = DecoderPlan::of(&c);
     assert!(plan.layers.iter().all(|l| l.window.is_none()));
     assert_eq!(plan.wiring, LayerWiring::default());
-    Model::load(&c, &Random, WeightDType::F32).unwrap();
+    Model::load(&c, &Random, QuantFormat::F32).unwrap();
 }

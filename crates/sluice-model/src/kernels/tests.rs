@@ -39,12 +39,6 @@ impl Rng {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Dtype {
-    F32,
-    Bf16,
-}
-
 struct Weights {
     f32: Vec<f32>,
     bf16: Vec<u16>,
@@ -56,23 +50,25 @@ impl Weights {
         let f32 = rng.vec(n * k);
         Weights { f32, bf16 }
     }
-    fn get(&self, d: Dtype) -> WeightRef<'_> {
+    fn get(&self, d: QuantFormat) -> WeightRef<'_> {
         match d {
-            Dtype::F32 => WeightRef::F32(&self.f32),
-            Dtype::Bf16 => WeightRef::Bf16(&self.bf16),
+            QuantFormat::F32 => WeightRef::F32(&self.f32),
+            QuantFormat::Bf16 => WeightRef::Bf16(&self.bf16),
+            other => unreachable!("the float-GEMM tests cover F32 and BF16, not {other}"),
         }
     }
 }
 
 /// The paths this CPU really runs for `d` (requests it cannot honour are
 /// lowered, so duplicates are dropped).
-fn paths(d: Dtype) -> Vec<KernelPath> {
+fn paths(d: QuantFormat) -> Vec<KernelPath> {
     let cpu = cpu_features();
     let mut v: Vec<KernelPath> = KernelPath::ALL
         .iter()
         .map(|&p| match d {
-            Dtype::F32 => cpu.clamp_f32(p),
-            Dtype::Bf16 => cpu.clamp_bf16(p),
+            QuantFormat::F32 => cpu.clamp_f32(p),
+            QuantFormat::Bf16 => cpu.clamp_bf16(p),
+            other => unreachable!("the float-GEMM tests cover F32 and BF16, not {other}"),
         })
         .collect();
     v.dedup();
@@ -102,7 +98,7 @@ fn run(
 #[allow(clippy::too_many_arguments)]
 fn check_close(
     path: KernelPath,
-    d: Dtype,
+    d: QuantFormat,
     x: &[f32],
     m: usize,
     k: usize,
@@ -110,7 +106,7 @@ fn check_close(
     n: usize,
     got: &[f32],
 ) {
-    let rounds_x = d == Dtype::Bf16 && path == KernelPath::Avx512;
+    let rounds_x = d == QuantFormat::Bf16 && path == KernelPath::Avx512;
     let xr: Vec<f64> = x
         .iter()
         .map(|&v| if rounds_x { bf16_to_f32(f32_to_bf16(v)) } else { v } as f64)
@@ -148,7 +144,7 @@ fn every_path_matches_the_reference_on_awkward_shapes() {
             let w = Weights::new(&mut rng, n, k);
             for &m in &[1usize, 2, 3, 4, 5, 17] {
                 let x = rng.vec(m * k);
-                for d in [Dtype::F32, Dtype::Bf16] {
+                for d in [QuantFormat::F32, QuantFormat::Bf16] {
                     for path in paths(d) {
                         for threads in [1, 2] {
                             let got = run(path, threads, &x, m, k, w.get(d), n);
@@ -174,7 +170,7 @@ fn every_path_matches_the_reference_on_model_shapes() {
     ] {
         let w = Weights::new(&mut rng, n, k);
         let x = rng.vec(m * k);
-        for d in [Dtype::F32, Dtype::Bf16] {
+        for d in [QuantFormat::F32, QuantFormat::Bf16] {
             for path in paths(d) {
                 let got = run(path, 2, &x, m, k, w.get(d), n);
                 check_close(path, d, &x, m, k, w.get(d), n, &got);
@@ -189,13 +185,13 @@ fn default_matmul_is_close_to_matmul_reference() {
     let (m, k, n) = (5, 300, 21);
     let w = Weights::new(&mut rng, n, k);
     let x = rng.vec(m * k);
-    for d in [Dtype::F32, Dtype::Bf16] {
+    for d in [QuantFormat::F32, QuantFormat::Bf16] {
         let (mut got, mut want) = (vec![0.0; m * n], vec![0.0; m * n]);
         matmul(&x, m, k, w.get(d), n, &mut got);
         matmul_reference(&x, m, k, w.get(d), n, &mut want);
         for (g, r) in got.iter().zip(&want) {
             // bf16 activations cost ~3 significant digits on the bf16 path.
-            let tol = if d == Dtype::Bf16 { 0.05 } else { 1e-4 };
+            let tol = if d == QuantFormat::Bf16 { 0.05 } else { 1e-4 };
             assert!((g - r).abs() <= tol, "{d:?}: {g} vs {r}");
         }
     }
@@ -207,7 +203,7 @@ fn assert_batch_invariant(seed: u64, m: usize, k: usize, n: usize, threads: usiz
     let mut rng = Rng::new(seed);
     let w = Weights::new(&mut rng, n, k);
     let x = rng.vec(m * k);
-    for d in [Dtype::F32, Dtype::Bf16] {
+    for d in [QuantFormat::F32, QuantFormat::Bf16] {
         for path in paths(d) {
             let batched = run(path, threads, &x, m, k, w.get(d), n);
             for i in 0..m {
@@ -260,7 +256,7 @@ fn rows_ignore_the_other_rows_even_nan() {
             *v = if i % 3 == 0 { f32::NAN } else { 1e30 };
         }
     }
-    for d in [Dtype::F32, Dtype::Bf16] {
+    for d in [QuantFormat::F32, QuantFormat::Bf16] {
         for path in paths(d) {
             let a = run(path, 2, &x, m, k, w.get(d), n);
             let b = run(path, 2, &poisoned, m, k, w.get(d), n);
@@ -281,7 +277,7 @@ fn thread_counts_give_identical_bits() {
     let (m, k, n) = (37, 200, 61);
     let w = Weights::new(&mut rng, n, k);
     let x = rng.vec(m * k);
-    for d in [Dtype::F32, Dtype::Bf16] {
+    for d in [QuantFormat::F32, QuantFormat::Bf16] {
         for path in paths(d) {
             let one = run(path, 1, &x, m, k, w.get(d), n);
             for threads in [2, 3, 5] {
@@ -314,7 +310,7 @@ fn matmul_bias_equals_matmul_then_add() {
     let w = Weights::new(&mut rng, n, k);
     let x = rng.vec(m * k);
     let bias = rng.vec(n);
-    for d in [Dtype::F32, Dtype::Bf16] {
+    for d in [QuantFormat::F32, QuantFormat::Bf16] {
         let (mut a, mut b) = (vec![0.0; m * n], vec![0.0; m * n]);
         matmul_bias(&x, m, k, w.get(d), &bias, n, &mut a);
         matmul(&x, m, k, w.get(d), n, &mut b);
@@ -332,7 +328,7 @@ fn degenerate_shapes() {
         f32: vec![],
         bf16: vec![],
     };
-    for d in [Dtype::F32, Dtype::Bf16] {
+    for d in [QuantFormat::F32, QuantFormat::Bf16] {
         // k = 0: an empty sum is zero (plus the bias).
         let mut out = vec![f32::NAN; 6];
         matmul(&[], 2, 0, w.get(d), 3, &mut out);

@@ -21,8 +21,9 @@ use super::wiring::{Activation, LayerWiring, NormPlacement};
 use super::{ForwardBatch, Rope};
 use crate::attention::{paged_attention, AttentionShape, Queries, WorkItem};
 use crate::config::ModelConfig;
+use crate::kernels::QuantFormat;
 use crate::kv_cache::KvCache;
-use crate::weights::{TensorSource, Weight, WeightDType};
+use crate::weights::{TensorSource, Weight};
 use anyhow::Result;
 
 /// Per-head RMSNorm weights of q and k (`head_dim` each), shared by every
@@ -80,7 +81,7 @@ pub(crate) struct Loader<'a> {
     pub arch: &'static dyn Arch,
     pub naming: TensorNaming,
     /// What linear weights and the embedding are asked for in.
-    pub dtype: WeightDType,
+    pub dtype: QuantFormat,
 }
 
 impl Loader<'_> {
@@ -93,7 +94,7 @@ impl Loader<'_> {
         let name = self.name(id);
         let v = self
             .source
-            .read(&name, &[len], WeightDType::F32)?
+            .read(&name, &[len], QuantFormat::F32)?
             .into_f32();
         self.source.release(&name);
         Ok(v)
@@ -170,7 +171,7 @@ impl Loader<'_> {
                 .iter()
                 .map(|&(id, rows)| (self.name(id.bias()), vec![rows]))
                 .collect();
-            let bias = self.source.read_fused(&biases, WeightDType::F32)?;
+            let bias = self.source.read_fused(&biases, QuantFormat::F32)?;
             self.done_with(biases.iter().map(|(name, _)| name), &bias);
             Some(bias.into_f32())
         } else {

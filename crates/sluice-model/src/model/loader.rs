@@ -8,7 +8,7 @@
 use super::Model;
 use crate::config::{GenerationConfig, ModelConfig};
 use crate::kernels::QuantFormat;
-use crate::weights::{DummySource, SafetensorsSource, WeightDType};
+use crate::weights::{DummySource, SafetensorsSource};
 use anyhow::{bail, Context, Result};
 use sluice_gguf::GgmlType;
 use std::path::PathBuf;
@@ -64,13 +64,13 @@ impl FromStr for DType {
 }
 
 impl DType {
-    fn resolve(self, checkpoint: Option<GgmlType>) -> WeightDType {
+    fn resolve(self, checkpoint: Option<GgmlType>) -> QuantFormat {
         match self {
-            DType::F32 => WeightDType::F32,
-            DType::Bf16 => WeightDType::Bf16,
+            DType::F32 => QuantFormat::F32,
+            DType::Bf16 => QuantFormat::Bf16,
             DType::Auto => match checkpoint {
-                Some(GgmlType::BF16) | Some(GgmlType::F16) => WeightDType::Bf16,
-                _ => WeightDType::F32,
+                Some(GgmlType::BF16) | Some(GgmlType::F16) => QuantFormat::Bf16,
+                _ => QuantFormat::F32,
             },
         }
     }
@@ -138,15 +138,13 @@ pub fn load_model(spec: &ModelSpec) -> Result<LoadedModel> {
             let generation = GenerationConfig::load(dir, &config)?;
             let mut loaded = match spec.load_format {
                 LoadFormat::Dummy => match spec.quantization {
-                    Some(q) => {
-                        load_dummy_as(config, generation, WeightDType::from_format(q), spec.seed)?
-                    }
+                    Some(q) => load_dummy_as(config, generation, q, spec.seed)?,
                     None => load_dummy(config, generation, spec.dtype, spec.seed)?,
                 },
                 LoadFormat::Auto => {
                     let source = SafetensorsSource::open(dir)?;
                     let dtype = match spec.quantization {
-                        Some(q) => WeightDType::from_format(q),
+                        Some(q) => q,
                         None => spec.dtype.resolve(config.checkpoint_dtype),
                     };
                     let model = Model::load(&config, &source, dtype)
@@ -183,7 +181,7 @@ pub fn load_dummy(
 pub fn load_dummy_as(
     config: ModelConfig,
     generation_config: GenerationConfig,
-    dtype: WeightDType,
+    dtype: QuantFormat,
     seed: u64,
 ) -> Result<LoadedModel> {
     let model = Model::load(&config, &DummySource::new(seed), dtype)?;
@@ -215,9 +213,9 @@ fn load_gguf(spec: &ModelSpec, path: &std::path::Path) -> Result<LoadedModel> {
     let dtype = match (spec.quantization, spec.dtype) {
         (Some(q), _) => {
             g.source.set_keep_stored(false);
-            WeightDType::from_format(q)
+            q
         }
-        (None, DType::Auto) => WeightDType::F32,
+        (None, DType::Auto) => QuantFormat::F32,
         (None, other) => {
             g.source.set_keep_stored(false);
             other.resolve(None)

@@ -7,10 +7,11 @@
 
 use serde_json::Value;
 use sluice_core::{NewRequest, SampleLogprobs, SamplingParams, Scheduler, SchedulerConfig};
+use sluice_model::kernels::QuantFormat;
 use sluice_model::kv_cache::KvCacheConfig;
 use sluice_model::model::Model;
 use sluice_model::runner::{CpuBackend, ForwardBackend, ModelRunner};
-use sluice_model::weights::{SafetensorsSource, TensorSource, Weight, WeightDType};
+use sluice_model::weights::{SafetensorsSource, TensorSource, Weight};
 use sluice_model::{load_model, DType, LoadFormat, LoadedModel, ModelSpec};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -241,9 +242,9 @@ impl TensorSource for MixedFormats {
         self.0.contains(name)
     }
 
-    fn format_of(&self, name: &str, requested: WeightDType) -> anyhow::Result<WeightDType> {
+    fn format_of(&self, name: &str, requested: QuantFormat) -> anyhow::Result<QuantFormat> {
         let bf16 = name.contains("v_proj") || name.contains("up_proj");
-        Ok(if bf16 { WeightDType::Bf16 } else { requested })
+        Ok(if bf16 { QuantFormat::Bf16 } else { requested })
     }
 }
 
@@ -251,7 +252,7 @@ impl TensorSource for MixedFormats {
 /// become linear layers of parts).
 pub fn mixed_formats(f: &Fixture) -> LoadedModel {
     let source = MixedFormats(SafetensorsSource::open(&f.dir).unwrap());
-    let model = Model::load(&f.loaded.config, &source, WeightDType::F32).unwrap();
+    let model = Model::load(&f.loaded.config, &source, QuantFormat::F32).unwrap();
     LoadedModel {
         config: f.loaded.config.clone(),
         generation_config: f.loaded.generation_config.clone(),
