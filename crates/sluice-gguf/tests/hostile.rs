@@ -499,7 +499,7 @@ fn bad_metadata_names_the_key() {
 
 #[test]
 fn a_string_length_past_the_end_names_the_key_before() {
-    // The brief's example: key 12 cannot be read; the message says which
+    // A string whose length runs past the end: key 12 cannot be read; the message says which
     // key came before it.
     let mut w = GgufWriter::new();
     for i in 0..11 {

@@ -224,11 +224,11 @@ async fn bench(cfg: Config) -> Result<bool> {
     };
     print!("{}", report::summary(&run));
     let full = report::result_json(&run);
-    let brief = report::strip_detailed(full.clone());
+    let summary = report::strip_detailed(full.clone());
     if cfg.save_result {
-        save_result(&cfg, &model_id, &run.date, full, &brief)?;
+        save_result(&cfg, &model_id, &run.date, full, &summary)?;
     }
-    println!("{}", serde_json::Value::Object(brief));
+    println!("{}", serde_json::Value::Object(summary));
 
     let hard_failures = outputs
         .iter()
@@ -343,14 +343,14 @@ async fn send_all(
     Ok((outputs, duration))
 }
 
-/// `--save-result`: the full JSON with `--save-detailed`, else the brief
+/// `--save-result`: the full JSON with `--save-detailed`, else the summary
 /// one, under `--result-dir`.
 fn save_result(
     cfg: &Config,
     model_id: &str,
     date: &str,
     full: serde_json::Map<String, serde_json::Value>,
-    brief: &serde_json::Map<String, serde_json::Value>,
+    summary: &serde_json::Map<String, serde_json::Value>,
 ) -> Result<()> {
     let path = report::result_path(cfg, model_id, date);
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -360,7 +360,7 @@ fn save_result(
     let saved = if cfg.save_detailed {
         full
     } else {
-        brief.clone()
+        summary.clone()
     };
     let text = serde_json::to_string(&saved).context("cannot serialize the result")?;
     std::fs::write(&path, text)
