@@ -25,6 +25,7 @@ use clap::Args;
 use sluice_core::{NewRequest, SamplingParams, Scheduler, SchedulerConfig};
 use sluice_model::kernels::QuantFormat;
 use sluice_model::kv_cache::KvCacheConfig;
+use sluice_model::model::Model;
 use sluice_model::runner::ModelRunner;
 use sluice_model::{builtin, load_dummy_as, load_model, DType, LoadFormat, LoadedModel, ModelSpec};
 use std::process::ExitCode;
@@ -217,8 +218,7 @@ fn stream_read_bandwidth() -> f64 {
 /// Weight bytes a decode step reads per token: every layer, the final
 /// norm and the head (the embedding itself when tied; an untied
 /// embedding only gives one row).
-fn bytes_read_per_token(loaded: &LoadedModel) -> usize {
-    let m = &loaded.model;
+fn bytes_read_per_token(m: &Model) -> usize {
     match &m.lm_head {
         Some(_) => m.weight_bytes() - m.embed_tokens.size_in_bytes(),
         None => m.weight_bytes(),
@@ -411,8 +411,8 @@ fn measure(b: &mut Bench, args: &BenchModelArgs) -> Result<Figures> {
         levels.push((c, median(decode), median(output)));
     }
     let peak_rss = peak_rss_bytes();
-    let weight_bytes = b.loaded.model.weight_bytes();
-    let per_token = bytes_read_per_token(&b.loaded);
+    let weight_bytes = b.runner.model().weight_bytes();
+    let per_token = bytes_read_per_token(b.runner.model());
     let bandwidth = stream_read_bandwidth();
     let decode_1 = levels.iter().find(|&&(c, _, _)| c == 1).map(|&(_, d, _)| d);
     let bound_fraction = decode_1.map(|d| d * per_token as f64 / bandwidth);

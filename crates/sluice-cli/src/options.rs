@@ -526,6 +526,12 @@ fn prepare(
             )?)
         }
         (None, Some(loaded)) => {
+            // The KV size first, so that its error names its flag; then the
+            // backend reads the weights (an error names the tensor).
+            kv_size
+                .resolve(&loaded.config, sched.block_size)
+                .context(kv_flag)
+                .map_err(config_error)?;
             let request = BackendRequest {
                 model: loaded,
                 block_size: sched.block_size,
@@ -534,7 +540,7 @@ fn prepare(
             };
             BackendRegistry::default()
                 .create(&model.backend, &request)
-                .context(kv_flag)
+                .with_context(label)
                 .map_err(config_error)?
         }
         (None, None) => anyhow::bail!("internal: no model loaded"),

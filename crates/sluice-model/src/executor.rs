@@ -12,6 +12,7 @@
 //! to the engine by `take_draft_token_ids`; without one (the default) it
 //! proposes nothing and behaves as if drafting did not exist.
 
+use crate::config::ModelConfig;
 use crate::drafter::Drafter;
 use crate::kv_cache::KvCacheConfig;
 use crate::runner::{CpuBackend, ForwardBackend, ModelRunner};
@@ -27,6 +28,22 @@ pub enum KvCacheSize {
     Blocks(usize),
     /// As many blocks as fit in this many bytes (`--kv-cache-memory`).
     Bytes(usize),
+}
+
+impl KvCacheSize {
+    /// The KV cache of this size for `model` in blocks of `block_size`
+    /// tokens, checked (at least 2 blocks, a size that fits in memory),
+    /// before any weight is read.
+    pub fn resolve(self, model: &ModelConfig, block_size: usize) -> Result<KvCacheConfig> {
+        let kv = match self {
+            KvCacheSize::Blocks(n) => KvCacheConfig::new(block_size, n),
+            KvCacheSize::Bytes(bytes) => {
+                KvCacheConfig::from_memory_budget(model, block_size, bytes)?
+            }
+        };
+        kv.check(model)?;
+        Ok(kv)
+    }
 }
 
 /// Runs scheduler steps on a loaded model (through any forward backend).
@@ -53,12 +70,7 @@ impl ModelExecutor {
         kv_cache_size: KvCacheSize,
         seed: u64,
     ) -> Result<Self> {
-        let kv = match kv_cache_size {
-            KvCacheSize::Blocks(n) => KvCacheConfig::new(block_size, n),
-            KvCacheSize::Bytes(bytes) => {
-                KvCacheConfig::from_memory_budget(&model.config, block_size, bytes)?
-            }
-        };
+        let kv = kv_cache_size.resolve(&model.config, block_size)?;
         let runner = ModelRunner::new(model, kv)?.with_seed(seed);
         Ok(ModelExecutor::from_runner(runner))
     }

@@ -26,4 +26,6 @@ pub use sluice_tokenizer as tokenizer;
 
 pub use drafter::{DraftRequest, Drafter, NgramDrafter};
 pub use executor::{KvCacheSize, ModelExecutor};
-pub use model::{load_dummy, load_dummy_as, load_model, DType, LoadFormat, LoadedModel, ModelSpec};
+pub use model::{
+    load_dummy, load_dummy_as, load_model, DType, LoadFormat, LoadedModel, ModelSpec, WeightSource,
+};

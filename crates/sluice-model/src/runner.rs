@@ -97,6 +97,13 @@ impl ModelRunner<CpuBackend> {
         Ok(Self::with_backend(CpuBackend::new(loaded, kv_config)?))
     }
 
+    /// A runner over weights already read.
+    pub fn with_model(model: Arc<Model>, kv_config: KvCacheConfig) -> Result<Self> {
+        Ok(Self::with_backend(CpuBackend::with_model(
+            model, kv_config,
+        )?))
+    }
+
     pub fn model(&self) -> &Arc<Model> {
         self.backend.model()
     }

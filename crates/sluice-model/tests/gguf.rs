@@ -20,6 +20,7 @@ mod common;
 
 use common::*;
 use serde_json::Value;
+use sluice_model::model::Model;
 use sluice_model::{load_model, DType, LoadFormat, ModelSpec};
 use std::path::{Path, PathBuf};
 
@@ -188,7 +189,7 @@ fn smollm2_config_and_vocabulary_come_from_the_file() {
     assert_eq!(c.vocab_size, 49152);
     assert_eq!(c.rope_theta, 100_000.0);
     assert!(c.tie_word_embeddings);
-    let gguf = loaded.gguf.expect("GGUF info");
+    let gguf = loaded.gguf.as_ref().expect("GGUF info");
     assert_eq!(gguf.vocab.pre.as_deref(), Some("smollm"));
     assert!(gguf
         .vocab
@@ -196,6 +197,6 @@ fn smollm2_config_and_vocabulary_come_from_the_file() {
         .as_deref()
         .is_some_and(|t| t.contains("<|im_start|>")));
     // Q4_1 matrices and a Q8_0 embedding: about 97 MB, not f32's 540.
-    let bytes = loaded.model.weight_bytes();
+    let bytes = Model::build(&loaded).unwrap().weight_bytes();
     assert!(bytes < 110_000_000, "{bytes} bytes of weights");
 }

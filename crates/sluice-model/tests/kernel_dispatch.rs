@@ -13,7 +13,7 @@ use sluice_model::kernels::{
     QuantFormat,
 };
 use sluice_model::kv_cache::{KvCache, KvCacheConfig};
-use sluice_model::model::ForwardBatch;
+use sluice_model::model::{ForwardBatch, Model};
 use sluice_model::sampling::RequestSampler;
 use sluice_model::{builtin, load_dummy_as, LoadedModel};
 use std::process::Command;
@@ -70,19 +70,20 @@ const FORMATS: [(QuantFormat, KernelFamily, f32); 4] = [
 /// Last-row logits of a 20-token prefill (long enough that RMSNorm, SwiGLU
 /// and attention see more than one vector of work), then of a decode step.
 fn logits(loaded: &LoadedModel) -> Vec<f32> {
+    let model = Model::build(loaded).expect("weights load");
     let mut kv = KvCache::new(&loaded.config, KvCacheConfig::new(16, 4)).expect("kv cache");
     let vocab = loaded.config.vocab_size as u32;
     let prompt: Vec<u32> = (0..20).map(|i| (i * 97 + 5) % vocab).collect();
     let mut batch = ForwardBatch::default();
     batch.push_seq(&prompt, 0, &[0, 1], 16).expect("batch");
     batch.logits_rows.push(prompt.len() - 1);
-    let mut out = loaded.model.forward(&batch, &mut kv).expect("prefill");
+    let mut out = model.forward(&batch, &mut kv).expect("prefill");
     let mut batch = ForwardBatch::default();
     batch
         .push_seq(&[7], prompt.len(), &[0, 1], 16)
         .expect("batch");
     batch.logits_rows.push(0);
-    out.extend(loaded.model.forward(&batch, &mut kv).expect("decode"));
+    out.extend(model.forward(&batch, &mut kv).expect("decode"));
     out
 }
 

@@ -8,21 +8,22 @@
 
 use sluice_model::kernels::{set_kernel_path, KernelPath};
 use sluice_model::kv_cache::{KvCache, KvCacheConfig};
-use sluice_model::model::ForwardBatch;
+use sluice_model::model::{ForwardBatch, Model};
 use sluice_model::{builtin, load_dummy, DType, LoadedModel};
 
 /// Logits of a 9-token prefill's last row, then of one decode step.
 fn logits(loaded: &LoadedModel) -> (Vec<f32>, Vec<f32>) {
+    let model = Model::build(loaded).unwrap();
     let mut kv = KvCache::new(&loaded.config, KvCacheConfig::new(16, 3)).unwrap();
     let prompt: Vec<u32> = (0..9).map(|i| (i * 397 + 11) % 4096).collect();
     let mut batch = ForwardBatch::default();
     batch.push_seq(&prompt, 0, &[2, 1], 16).unwrap();
     batch.logits_rows.push(prompt.len() - 1);
-    let prefill = loaded.model.forward(&batch, &mut kv).unwrap();
+    let prefill = model.forward(&batch, &mut kv).unwrap();
     let mut batch = ForwardBatch::default();
     batch.push_seq(&[77], prompt.len(), &[2, 1], 16).unwrap();
     batch.logits_rows.push(0);
-    let decode = loaded.model.forward(&batch, &mut kv).unwrap();
+    let decode = model.forward(&batch, &mut kv).unwrap();
     (prefill, decode)
 }
 

@@ -6,7 +6,7 @@ mod common;
 use common::*;
 use safetensors::{tensor::TensorView, SafeTensors};
 use sluice_model::kv_cache::{KvCache, KvCacheConfig};
-use sluice_model::model::ForwardBatch;
+use sluice_model::model::{ForwardBatch, Model};
 use sluice_model::{load_model, DType, LoadFormat, LoadedModel, ModelSpec};
 use std::path::{Path, PathBuf};
 
@@ -55,7 +55,7 @@ fn spec(dir: &Path, dtype: DType) -> ModelSpec {
 }
 
 fn error_of(spec: &ModelSpec) -> String {
-    match load_model(spec) {
+    match load_model(spec).and_then(|l| Model::build(&l)) {
         Ok(_) => panic!("loading should fail"),
         Err(e) => format!("{e:#}"),
     }
@@ -68,7 +68,10 @@ fn last_logits(loaded: &LoadedModel, prompt: &[u32]) -> Vec<f32> {
     let mut batch = ForwardBatch::default();
     batch.push_seq(prompt, 0, &table, 16).unwrap();
     batch.logits_rows.push(prompt.len() - 1);
-    loaded.model.forward(&batch, &mut kv).unwrap()
+    Model::build(loaded)
+        .unwrap()
+        .forward(&batch, &mut kv)
+        .unwrap()
 }
 
 #[test]
@@ -126,7 +129,10 @@ fn bf16_weights_stay_close_to_f32() {
     for name in FIXTURES {
         let f = fixture(name);
         let bf16 = load_model(&spec(&f.dir, DType::Bf16)).unwrap();
-        assert_eq!(bf16.model.dtype, sluice_model::kernels::QuantFormat::Bf16);
+        assert_eq!(
+            Model::build(&bf16).unwrap().dtype,
+            sluice_model::kernels::QuantFormat::Bf16
+        );
         for p in &f.prompts {
             let diff = max_abs_diff(&last_logits(&bf16, &p.input_ids), &p.prompt_last_logits);
             assert!(diff < 0.12, "{name}/{}: {diff}", p.name);

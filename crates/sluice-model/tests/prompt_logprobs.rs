@@ -51,7 +51,7 @@ fn prompt_logprobs_match_full_forward_and_ignore_chunking() {
         .push_seq(prompt, 0, &[1, 2, 3, 4, 5, 6, 7], 16)
         .unwrap();
     batch.logits_rows.extend(0..n - 1);
-    let logits = f.loaded.model.forward(&batch, &mut kv).unwrap();
+    let logits = f.model.forward(&batch, &mut kv).unwrap();
     let want: Vec<f32> = logits
         .chunks_exact(vocab)
         .zip(&prompt[1..])

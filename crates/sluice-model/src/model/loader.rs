@@ -1,14 +1,21 @@
-//! `load_model`: from a `ModelSpec` (a Hugging Face directory or a built-in
-//! config, real or dummy weights, a dtype) to a `LoadedModel`.
+//! `load_model`: from a `ModelSpec` (a Hugging Face directory, a GGUF file
+//! or a built-in config; real or dummy weights; a dtype) to a
+//! `LoadedModel`, the description of a model that a backend turns into its
+//! own weights: the config, the generation config, and a [`WeightSource`]
+//! (a tensor source with the format the weights are asked for in).
+//! Nothing is converted here: the CPU backend reads the tensors into a
+//! [`Model`] with [`Model::build`], another backend reads them into its own
+//! memory.
 //!
 //! Promises: every user mistake — no model named, both named, a missing
-//! `config.json` or weights file, an unsupported architecture, a missing or
-//! misshapen tensor — comes back as an error naming the file or tensor.
+//! `config.json` or weights file, an unsupported architecture — comes back
+//! from `load_model` as an error naming the file or key; a missing or
+//! misshapen tensor from [`Model::build`], naming the tensor and the file.
 
 use super::Model;
 use crate::config::{GenerationConfig, ModelConfig};
 use crate::kernels::QuantFormat;
-use crate::weights::{DummySource, SafetensorsSource};
+use crate::weights::{DummySource, SafetensorsSource, TensorSource};
 use anyhow::{bail, Context, Result};
 use sluice_gguf::GgmlType;
 use std::path::PathBuf;
@@ -93,16 +100,78 @@ pub struct ModelSpec {
     pub quantization: Option<QuantFormat>,
 }
 
-/// A model ready to run, with the configs the engine needs around it.
+/// A model described for a backend: its configs and where its weights come
+/// from. Cloning shares the tensor source.
 #[derive(Clone)]
 pub struct LoadedModel {
     pub config: ModelConfig,
     pub generation_config: GenerationConfig,
-    pub model: Arc<Model>,
+    pub weights: WeightSource,
     /// The directory it came from (for the tokenizer), if any.
     pub dir: Option<PathBuf>,
     /// For a GGUF file: its tokenizer vocabulary and what else it says.
     pub gguf: Option<GgufInfo>,
+}
+
+/// Where a model's weights come from and how they are to be read.
+#[derive(Clone)]
+pub struct WeightSource {
+    /// The tensors, by name in the source's naming.
+    pub tensors: Arc<dyn TensorSource + Send + Sync>,
+    /// What linear weights and the embedding are asked for in (a source that
+    /// keeps stored formats hands out its own: `TensorSource::format_of`).
+    pub dtype: QuantFormat,
+    /// Per-frequency RoPE divisors a GGUF file stores
+    /// (`rope_freqs.weight`, Llama 3's long-context scaling), applied over
+    /// the config's RoPE.
+    pub rope_freq_factors: Option<Arc<[f32]>>,
+    /// The file or directory the tensors live in, for error messages.
+    pub origin: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for WeightSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WeightSource")
+            .field("dtype", &self.dtype)
+            .field(
+                "rope_freq_factors",
+                &self.rope_freq_factors.as_ref().map(|f| f.len()),
+            )
+            .field("origin", &self.origin)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WeightSource {
+    /// `tensors` asked for in `dtype`, with no RoPE factors.
+    pub fn new(tensors: impl TensorSource + Send + Sync + 'static, dtype: QuantFormat) -> Self {
+        WeightSource {
+            tensors: Arc::new(tensors),
+            dtype,
+            rope_freq_factors: None,
+            origin: None,
+        }
+    }
+}
+
+impl Model {
+    /// The CPU model of `loaded`: every tensor read from its weight source
+    /// (shapes checked, formats as the source hands them out), with the
+    /// source's RoPE factors applied.
+    pub fn build(loaded: &LoadedModel) -> Result<Model> {
+        let w = &loaded.weights;
+        let mut model =
+            Model::load(&loaded.config, &*w.tensors, w.dtype).with_context(|| match &w.origin {
+                Some(p) => format!("loading the model in {}", p.display()),
+                None => "loading the model".to_string(),
+            })?;
+        if let Some(factors) = &w.rope_freq_factors {
+            for rope in &mut model.ropes {
+                rope.divide_by(factors);
+            }
+        }
+        Ok(model)
+    }
 }
 
 /// What a GGUF file carries besides the weights.
@@ -147,12 +216,13 @@ pub fn load_model(spec: &ModelSpec) -> Result<LoadedModel> {
                         Some(q) => q,
                         None => spec.dtype.resolve(config.checkpoint_dtype),
                     };
-                    let model = Model::load(&config, &source, dtype)
-                        .with_context(|| format!("loading the model in {}", dir.display()))?;
+                    config.validate()?;
+                    let mut weights = WeightSource::new(source, dtype);
+                    weights.origin = Some(dir.clone());
                     LoadedModel {
                         config,
                         generation_config: generation,
-                        model: Arc::new(model),
+                        weights,
                         dir: None,
                         gguf: None,
                     }
@@ -184,11 +254,11 @@ pub fn load_dummy_as(
     dtype: QuantFormat,
     seed: u64,
 ) -> Result<LoadedModel> {
-    let model = Model::load(&config, &DummySource::new(seed), dtype)?;
+    config.validate()?;
     Ok(LoadedModel {
         config,
         generation_config,
-        model: Arc::new(model),
+        weights: WeightSource::new(DummySource::new(seed), dtype),
         dir: None,
         gguf: None,
     })
@@ -221,15 +291,14 @@ fn load_gguf(spec: &ModelSpec, path: &std::path::Path) -> Result<LoadedModel> {
             other.resolve(None)
         }
     };
-    let mut model = Model::load(&g.config, &g.source, dtype)
-        .with_context(|| format!("loading the model in {}", file.display()))?;
-    if let Some(factors) = &g.rope_freq_factors {
-        model.rope = super::Rope::with_freq_factors(&g.config, factors);
-    }
+    g.config.validate()?;
+    let mut weights = WeightSource::new(g.source, dtype);
+    weights.rope_freq_factors = g.rope_freq_factors.map(Arc::from);
+    weights.origin = Some(file);
     Ok(LoadedModel {
         config: g.config,
         generation_config: g.generation,
-        model: Arc::new(model),
+        weights,
         dir: None,
         gguf: Some(info),
     })

@@ -59,12 +59,19 @@ pub struct CpuBackend {
 }
 
 impl CpuBackend {
-    /// `loaded`'s model with a KV cache of `kv_config` (allocated lazily:
-    /// pages are committed as blocks are first written).
+    /// `loaded`'s weights read into a CPU [`Model`] ([`Model::build`]),
+    /// with a KV cache of `kv_config` (allocated lazily: pages are committed
+    /// as blocks are first written).
     pub fn new(loaded: &LoadedModel, kv_config: KvCacheConfig) -> Result<Self> {
+        Self::with_model(Arc::new(Model::build(loaded)?), kv_config)
+    }
+
+    /// A backend over weights already read (several runners may share one
+    /// model).
+    pub fn with_model(model: Arc<Model>, kv_config: KvCacheConfig) -> Result<Self> {
         Ok(CpuBackend {
-            model: loaded.model.clone(),
-            kv: KvCache::new(&loaded.config, kv_config)?,
+            kv: KvCache::new(&model.config, kv_config)?,
+            model,
             kv_config,
             workspace: Workspace::default(),
             num_rows: 0,

@@ -12,7 +12,7 @@ use sluice_model::kv_cache::KvCacheConfig;
 use sluice_model::model::Model;
 use sluice_model::runner::{CpuBackend, ForwardBackend, ModelRunner};
 use sluice_model::weights::{SafetensorsSource, TensorSource, Weight};
-use sluice_model::{load_model, DType, LoadFormat, LoadedModel, ModelSpec};
+use sluice_model::{load_model, DType, LoadFormat, LoadedModel, ModelSpec, WeightSource};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -35,6 +35,8 @@ pub struct Fixture {
     pub name: &'static str,
     pub dir: PathBuf,
     pub loaded: LoadedModel,
+    /// `loaded`'s CPU model.
+    pub model: Arc<Model>,
     pub prompts: Vec<PromptRef>,
     pub reference: Value,
 }
@@ -99,10 +101,12 @@ pub fn fixture(name: &'static str) -> Fixture {
         quantization: None,
     })
     .expect("fixture loads");
+    let model = Arc::new(Model::build(&loaded).expect("fixture's weights load"));
     Fixture {
         name,
         dir,
         loaded,
+        model,
         prompts,
         reference,
     }
@@ -248,15 +252,14 @@ impl TensorSource for MixedFormats {
     }
 }
 
-/// The fixture's model loaded through [`MixedFormats`] (q/k/v and gate/up
-/// become linear layers of parts).
+/// The fixture's model described with [`MixedFormats`] as its tensor
+/// source (q/k/v and gate/up become linear layers of parts).
 pub fn mixed_formats(f: &Fixture) -> LoadedModel {
     let source = MixedFormats(SafetensorsSource::open(&f.dir).unwrap());
-    let model = Model::load(&f.loaded.config, &source, QuantFormat::F32).unwrap();
     LoadedModel {
         config: f.loaded.config.clone(),
         generation_config: f.loaded.generation_config.clone(),
-        model: Arc::new(model),
+        weights: WeightSource::new(source, QuantFormat::F32),
         dir: None,
         gguf: None,
     }
