@@ -36,6 +36,7 @@ pub fn config(name: &str) -> Result<(ModelConfig, GenerationConfig)> {
             bos_token_id: None,
             eos_token_ids: vec![256, 258],
             checkpoint_dtype: Some(GgmlType::F32),
+            attention: Default::default(),
         },
         "qwen2.5-0.5b" => ModelConfig {
             architecture: Architecture::Qwen2,
@@ -58,6 +59,7 @@ pub fn config(name: &str) -> Result<(ModelConfig, GenerationConfig)> {
             bos_token_id: None,
             eos_token_ids: vec![151643, 151645],
             checkpoint_dtype: Some(GgmlType::BF16),
+            attention: Default::default(),
         },
         other => bail!("unknown built-in model {other:?} (built-in models: {NAMES:?})"),
     };

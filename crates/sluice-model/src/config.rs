@@ -17,6 +17,7 @@ use sluice_gguf::GgmlType;
 use std::path::Path;
 
 pub use crate::model::arch::{Architecture, ConfigSwitches, LayerPieces};
+use crate::model::Activation;
 
 /// How RoPE frequencies are adjusted for long contexts (`rope_scaling`).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -65,6 +66,26 @@ pub struct ModelConfig {
     /// `torch_dtype` / `dtype` (F32, F16 or BF16; `None` for any other or
     /// none): what `DType::Auto` loads the weights as.
     pub checkpoint_dtype: Option<GgmlType>,
+    /// What the config says about attention beyond its geometry.
+    pub attention: AttentionConfig,
+}
+
+/// The attention settings of `config.json` an architecture may read into
+/// each layer's shape (`Arch::layer_attention`); which ones apply, and to
+/// which layers, is the architecture's call, so each is kept as written.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AttentionConfig {
+    /// `sliding_window`, when the architecture has it in force (Mistral:
+    /// always; Qwen2 / Qwen3: only with `use_sliding_window`).
+    pub sliding_window: Option<usize>,
+    /// `max_window_layers`: layers below it attend fully even with a
+    /// window in force (Qwen2 / Qwen3).
+    pub max_window_layers: Option<usize>,
+    /// `query_pre_attn_scalar`: the softmax scale is its inverse square
+    /// root instead of head_dim's (Gemma).
+    pub query_pre_attn_scalar: Option<f64>,
+    /// `attn_logit_softcapping` (Gemma 2).
+    pub attn_logit_softcapping: Option<f64>,
 }
 
 impl ModelConfig {
@@ -301,6 +322,9 @@ struct RawConfig {
     dtype: Option<String>,
     sliding_window: Option<serde_json::Value>,
     use_sliding_window: Option<bool>,
+    max_window_layers: Option<usize>,
+    query_pre_attn_scalar: Option<f64>,
+    attn_logit_softcapping: Option<f64>,
 }
 
 fn required(v: Option<usize>, field: &str) -> Result<usize> {
@@ -320,23 +344,33 @@ impl RawConfig {
             })?;
         let arch = architecture.def();
         if let Some(act) = &self.hidden_act {
-            if act != "silu" && act != "swish" {
-                bail!("config field `hidden_act` is {act:?}; only \"silu\" is supported");
+            let wired = arch.wiring().activation;
+            let named = match act.as_str() {
+                "silu" | "swish" => Some(Activation::Silu),
+                "gelu_pytorch_tanh" => Some(Activation::GeluTanh),
+                _ => None,
+            };
+            if named != Some(wired) {
+                bail!(
+                    "config field `hidden_act` is {act:?}; {} uses {}",
+                    arch.hf_architectures()[0],
+                    match wired {
+                        Activation::Silu => "\"silu\"",
+                        Activation::GeluTanh => "\"gelu_pytorch_tanh\"",
+                    }
+                );
             }
         }
-        let sliding_on = arch.hf_sliding_window_in_force(self.use_sliding_window);
         let max_position_embeddings =
             required(self.max_position_embeddings, "max_position_embeddings")?;
-        if sliding_on {
-            if let Some(w) = self.sliding_window.as_ref().and_then(|v| v.as_u64()) {
-                if (w as usize) < max_position_embeddings {
-                    bail!(
-                        "config: sliding_window {w} < max_position_embeddings \
-                         {max_position_embeddings}: sliding-window attention is not supported"
-                    );
-                }
-            }
+        let sliding_window = match &self.sliding_window {
+            None | Some(serde_json::Value::Null) => None,
+            Some(v) => match v.as_u64() {
+                Some(w) if w > 0 => Some(w as usize),
+                _ => bail!("config field `sliding_window` must be a positive integer, got {v}"),
+            },
         }
+        .filter(|_| arch.hf_sliding_window_in_force(self.use_sliding_window));
 
         let hidden_size = required(self.hidden_size, "hidden_size")?;
         let num_attention_heads = required(self.num_attention_heads, "num_attention_heads")?;
@@ -399,6 +433,12 @@ impl RawConfig {
                 .map(OneOrMany::into_vec)
                 .unwrap_or_default(),
             checkpoint_dtype,
+            attention: AttentionConfig {
+                sliding_window,
+                max_window_layers: self.max_window_layers,
+                query_pre_attn_scalar: self.query_pre_attn_scalar,
+                attn_logit_softcapping: self.attn_logit_softcapping,
+            },
         };
         config.set_pieces(pieces);
         config.validate()?;
@@ -593,17 +633,57 @@ mod tests {
     }
 
     #[test]
-    fn mistral_sliding_window_is_refused() {
+    fn mistral_sliding_window_reaches_every_layer_and_is_refused_at_load() {
         let text = r#"{"architectures":["MistralForCausalLM"],"hidden_size":64,
-            "num_hidden_layers":1,"num_attention_heads":4,"intermediate_size":8,
+            "num_hidden_layers":2,"num_attention_heads":4,"intermediate_size":8,
             "vocab_size":10,"max_position_embeddings":32768,"sliding_window":4096}"#;
-        let e = format!("{:#}", ModelConfig::from_json(text).unwrap_err());
+        let c = ModelConfig::from_json(text).unwrap();
+        assert_eq!(c.attention.sliding_window, Some(4096));
+        let plan = crate::model::DecoderPlan::of(&c);
+        assert!(plan.layers.iter().all(|l| l.window == Some(4096)));
+        let e = format!("{:#}", plan.check(&c).unwrap_err());
+        assert!(e.contains("sliding_window") && e.contains("layer 0"), "{e}");
+        // No window, or one that covers the whole context: full attention.
+        for ok in ["null", "32768"] {
+            let c = ModelConfig::from_json(&text.replace("4096", ok)).unwrap();
+            assert_eq!(c.architecture, Architecture::Llama);
+            crate::model::DecoderPlan::of(&c).check(&c).unwrap();
+        }
+        let bad = text.replace("4096", "-3");
+        let e = format!("{:#}", ModelConfig::from_json(&bad).unwrap_err());
         assert!(e.contains("sliding_window"), "{e}");
-        let ok = text.replace("4096", "null");
-        assert_eq!(
-            ModelConfig::from_json(&ok).unwrap().architecture,
-            Architecture::Llama
+    }
+
+    #[test]
+    fn qwen2_window_applies_from_max_window_layers_when_in_force() {
+        let text = QWEN.replace(
+            "\"sliding_window\":512,\"use_sliding_window\":false",
+            "\"sliding_window\":128,\"use_sliding_window\":true,\"max_window_layers\":1",
         );
+        assert_ne!(text, QWEN);
+        let c = ModelConfig::from_json(&text).unwrap();
+        assert!(c.num_hidden_layers >= 2);
+        let windows: Vec<_> = crate::model::DecoderPlan::of(&c)
+            .layers
+            .iter()
+            .map(|l| l.window)
+            .collect();
+        let mut want = vec![Some(128); c.num_hidden_layers];
+        want[0] = None;
+        assert_eq!(windows, want);
+        // Not in force: no window at all.
+        let c = ModelConfig::from_json(QWEN).unwrap();
+        assert_eq!(c.attention.sliding_window, None);
+    }
+
+    #[test]
+    fn hidden_act_must_be_the_architectures() {
+        let text = r#"{"architectures":["LlamaForCausalLM"],"hidden_size":64,
+            "num_hidden_layers":1,"num_attention_heads":4,"intermediate_size":8,
+            "vocab_size":10,"max_position_embeddings":64,"hidden_act":"gelu_pytorch_tanh"}"#;
+        let e = format!("{:#}", ModelConfig::from_json(text).unwrap_err());
+        assert!(e.contains("hidden_act") && e.contains("\"silu\""), "{e}");
+        ModelConfig::from_json(&text.replace("gelu_pytorch_tanh", "silu")).unwrap();
     }
 
     #[test]

@@ -238,6 +238,7 @@ impl GgufModel {
             bos_token_id: vocab.bos_token_id,
             eos_token_ids,
             checkpoint_dtype: None,
+            attention: Default::default(),
         };
         // The layer's pieces are what the file holds.
         config.qkv_bias = has("blk.0.attn_q.bias");

@@ -36,6 +36,7 @@ pub use layers::{Attention, DecoderLayer, Mlp, QkNorm};
 pub use linear::{Linear, LinearPart, LinearWeight};
 pub use loader::{
     load_dummy, load_dummy_as, load_model, DType, GgufInfo, LoadFormat, LoadedModel, ModelSpec,
+    WeightSource,
 };
 pub use rope::Rope;
 pub use wiring::{Activation, LayerWiring, NormPlacement};
@@ -59,7 +60,9 @@ pub struct Model {
     pub norm: Vec<f32>,
     /// `None` when the head is tied to the embedding.
     pub lm_head: Option<Linear>,
-    pub rope: Rope,
+    /// The RoPE tables of the layers: `ropes[0]` is the config's, then one
+    /// per other RoPE a layer asks for (`DecoderLayer::rope_table`).
+    pub ropes: Vec<Rope>,
     /// How every layer is wired (norms, activation, embedding scale).
     pub wiring: LayerWiring,
 }
@@ -143,10 +146,22 @@ impl Model {
             dtype,
         };
         let embed_tokens = ld.matrix(TensorId::model(Role::Embedding), &[c.vocab_size, h])?;
-        let layers = (0..c.num_hidden_layers)
-            .zip(&plan.layers)
-            .map(|(i, &shape)| DecoderLayer::load(&ld, c, i, &plan.wiring, shape))
-            .collect::<Result<Vec<_>>>()?;
+        // One table per distinct RoPE, the config's first.
+        let mut rope_params = vec![RopeParams::of(c)];
+        let mut layers = Vec::with_capacity(c.num_hidden_layers);
+        for (i, &shape) in plan.layers.iter().enumerate() {
+            let table = shape.rope.map(|r| {
+                rope_params.iter().position(|&p| p == r).unwrap_or_else(|| {
+                    rope_params.push(r);
+                    rope_params.len() - 1
+                })
+            });
+            layers.push(DecoderLayer::load(&ld, c, i, &plan.wiring, shape, table)?);
+        }
+        let ropes = rope_params
+            .iter()
+            .map(|&p| Rope::from_params(c.head_dim, p))
+            .collect();
         let norm = ld.vector(TensorId::model(Role::FinalNorm), h)?;
         let lm_head = if c.tie_word_embeddings {
             None
@@ -165,7 +180,7 @@ impl Model {
             layers,
             norm,
             lm_head,
-            rope: Rope::new(config),
+            ropes,
             wiring: plan.wiring,
         })
     }

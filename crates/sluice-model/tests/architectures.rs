@@ -11,18 +11,17 @@ use common::*;
 use sluice_model::config::Architecture;
 use sluice_model::kernels::QuantFormat;
 use sluice_model::kv_cache::{KvCache, KvCacheConfig};
-use sluice_model::model::{ForwardBatch, LinearWeight};
-use sluice_model::{load_model, DType, LoadFormat, LoadedModel, ModelSpec};
-use std::sync::Arc;
+use sluice_model::model::{ForwardBatch, LinearWeight, Model};
+use sluice_model::{load_model, DType, LoadFormat, ModelSpec};
 
-fn last_logits(loaded: &LoadedModel, prompt: &[u32]) -> Vec<f32> {
+fn last_logits(model: &Model, prompt: &[u32]) -> Vec<f32> {
     let blocks = prompt.len().div_ceil(16) + 1;
-    let mut kv = KvCache::new(&loaded.config, KvCacheConfig::new(16, blocks)).unwrap();
+    let mut kv = KvCache::new(&model.config, KvCacheConfig::new(16, blocks)).unwrap();
     let table: Vec<u32> = (1..blocks as u32).collect();
     let mut batch = ForwardBatch::default();
     batch.push_seq(prompt, 0, &table, 16).unwrap();
     batch.logits_rows.push(prompt.len() - 1);
-    loaded.model.forward(&batch, &mut kv).unwrap()
+    model.forward(&batch, &mut kv).unwrap()
 }
 
 #[test]
@@ -38,7 +37,7 @@ fn qwen3_fixture_has_its_pieces() {
         175_040,
         "the checkpoint's parameter count"
     );
-    let m = &f.loaded.model;
+    let m = &f.model;
     assert!(m.lm_head.is_none());
     for layer in &m.layers {
         let a = &layer.attention;
@@ -53,13 +52,14 @@ fn qwen3_fixture_has_its_pieces() {
 #[test]
 fn qwen3_qk_norm_is_exercised() {
     let f = fixture("tiny-qwen3");
-    let mut without = load_model(&ModelSpec {
+    let loaded = load_model(&ModelSpec {
         dir: Some(f.dir.clone()),
         dtype: DType::F32,
         ..ModelSpec::default()
     })
     .unwrap();
-    for layer in &mut Arc::get_mut(&mut without.model).unwrap().layers {
+    let mut without = Model::build(&loaded).unwrap();
+    for layer in &mut without.layers {
         layer.attention.qk_norm = None;
     }
     let p = &f.prompts[1];
@@ -68,7 +68,7 @@ fn qwen3_qk_norm_is_exercised() {
         diff > 100.0 * ATOL,
         "q/k norm changes the logits by only {diff}"
     );
-    let with = max_abs_diff(&last_logits(&f.loaded, &p.input_ids), &p.prompt_last_logits);
+    let with = max_abs_diff(&last_logits(&f.model, &p.input_ids), &p.prompt_last_logits);
     assert!(with <= ATOL, "{with}");
 }
 
@@ -77,7 +77,8 @@ fn parts_in_different_formats_run_as_one_layer() {
     for name in ["tiny-qwen2", "tiny-qwen3"] {
         let f = fixture(name);
         let m = mixed_formats(&f);
-        for layer in &m.model.layers {
+        let model = Model::build(&m).unwrap();
+        for layer in &model.layers {
             let LinearWeight::Parts(parts) = &layer.attention.qkv_proj.weight else {
                 panic!("{name}: q/k/v in two formats must be parts");
             };
@@ -97,7 +98,7 @@ fn parts_in_different_formats_run_as_one_layer() {
         // Rounding v and up to bf16 moves the logits, within bf16's reach
         // (q/k biases, when present, are still added per part).
         for p in &f.prompts {
-            let diff = max_abs_diff(&last_logits(&m, &p.input_ids), &p.prompt_last_logits);
+            let diff = max_abs_diff(&last_logits(&model, &p.input_ids), &p.prompt_last_logits);
             assert!(diff < 0.12, "{name}/{}: {diff}", p.name);
             assert!(diff > 0.0, "{name}/{}: the bf16 parts must show", p.name);
         }
@@ -141,7 +142,8 @@ fn qwen3_dummy_weights_run() {
         ..ModelSpec::default()
     })
     .unwrap();
-    assert!(dummy.model.layers[0].attention.qk_norm.is_some());
+    let dummy = Model::build(&dummy).unwrap();
+    assert!(dummy.layers[0].attention.qk_norm.is_some());
     let logits = last_logits(&dummy, &f.prompts[0].input_ids);
     assert!(logits.iter().all(|x| x.is_finite()));
 }

@@ -14,7 +14,7 @@ use sluice_model::model::ForwardBatch;
 fn prompt_last_logits_match_transformers() {
     for name in FIXTURES {
         let f = fixture(name);
-        let model = &f.loaded.model;
+        let model = &f.model;
         for p in &f.prompts {
             let block_size = 16;
             let num_blocks = p.input_ids.len().div_ceil(block_size) + 1;
@@ -80,7 +80,7 @@ fn llama3_rope_scaling_is_exercised() {
         .iter()
         .map(|x| x.as_f64().unwrap() as f32)
         .collect();
-    let got = f.loaded.model.rope.inv_freq();
+    let got = f.model.ropes[0].inv_freq();
     assert_eq!(got.len(), inv_freq.len());
     for (g, w) in got.iter().zip(&inv_freq) {
         assert!((g - w).abs() <= w * 1e-6, "{g} vs {w}");

@@ -1,6 +1,7 @@
 //! The per-layer seam of the shared forward pass: a decoder wired with pre-
-//! and post-norms around each block, GELU-tanh, a scaled embedding, and per
-//! layer a configured attention scale, a logit soft-cap and RoPE or none,
+//! and post-norms around each block (or post-norms only, or pre-norms),
+//! GELU-tanh, a scaled embedding, and per layer a configured attention
+//! scale, a logit soft-cap and a RoPE of its own base or none,
 //! run by the real forward pass and compared with a dense f64 forward
 //! written here from the math. And the refusals: a layer with a sliding
 //! window is refused at load naming `sliding_window`, while a config whose
@@ -75,7 +76,12 @@ fn plan(c: &ModelConfig) -> DecoderPlan {
                 window: None,
                 // Gemma's query_pre_attn_scalar: 8^-0.5, not 16^-0.5.
                 scale: 8f32.powf(-0.5),
-                rope: Some(RopeParams::of(c)),
+                // A RoPE base of its own (Gemma 3's global layers), not the
+                // config's 10,000.
+                rope: Some(RopeParams {
+                    base: 1e6,
+                    ..RopeParams::of(c)
+                }),
                 logit_softcap: Some(2.0),
             },
             LayerAttention {
@@ -117,8 +123,24 @@ fn gelu_tanh(x: f64) -> f64 {
     0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x.powi(3))).tanh())
 }
 
+/// `x`, RMS-normed with the norm `name` when `on`.
+fn norm_if(on: bool, x: &[f64], name: &str) -> Vec<f64> {
+    if on {
+        rms_norm(x, &tensor(name, &[x.len()]))
+    } else {
+        x.to_vec()
+    }
+}
+
 /// Logits of every position of `ids`, dense, in f64.
 fn reference(c: &ModelConfig, plan: &DecoderPlan, ids: &[u32]) -> Vec<Vec<f64>> {
+    // Which norms the wiring has: before attention, after it, before the
+    // MLP, after it (and the name of the one before the MLP).
+    let (pre_attn, post_attn, pre_mlp, post_mlp, pre_mlp_name) = match plan.wiring.norms {
+        NormPlacement::Pre => (true, false, true, false, "post_attention_layernorm"),
+        NormPlacement::PrePost => (true, true, true, true, "pre_feedforward_layernorm"),
+        NormPlacement::Post => (false, true, false, true, ""),
+    };
     let (h, hd, inter) = (c.hidden_size, c.head_dim, c.intermediate_size);
     let (nh, nkv) = (c.num_attention_heads, c.num_key_value_heads);
     let group = nh / nkv;
@@ -134,7 +156,6 @@ fn reference(c: &ModelConfig, plan: &DecoderPlan, ids: &[u32]) -> Vec<Vec<f64>> 
         .collect();
     for (l, shape) in plan.layers.iter().enumerate() {
         let p = |n: &str| format!("model.layers.{l}.{n}.weight");
-        let input_norm = w(&p("input_layernorm"), &[h]);
         let (wq, wk, wv) = (
             w(&p("self_attn.q_proj"), &[nh * hd, h]),
             w(&p("self_attn.k_proj"), &[nkv * hd, h]),
@@ -143,7 +164,7 @@ fn reference(c: &ModelConfig, plan: &DecoderPlan, ids: &[u32]) -> Vec<Vec<f64>> 
         let wo = w(&p("self_attn.o_proj"), &[h, nh * hd]);
         let (mut q, mut k, mut v) = (Vec::new(), Vec::new(), Vec::new());
         for (pos, row) in x.iter().enumerate() {
-            let n = rms_norm(row, &input_norm);
+            let n = norm_if(pre_attn, row, &p("input_layernorm"));
             let (mut qt, mut kt) = (matvec(&wq, nh * hd, &n), matvec(&wk, nkv * hd, &n));
             if let Some(r) = shape.rope {
                 qt.chunks_mut(hd).for_each(|head| rope(head, pos, r.base));
@@ -153,7 +174,6 @@ fn reference(c: &ModelConfig, plan: &DecoderPlan, ids: &[u32]) -> Vec<Vec<f64>> 
             k.push(kt);
             v.push(matvec(&wv, nkv * hd, &n));
         }
-        let post_attn = w(&p("post_attention_layernorm"), &[h]);
         for (i, row) in x.iter_mut().enumerate() {
             let mut o = vec![0.0; nh * hd];
             for head in 0..nh {
@@ -180,23 +200,27 @@ fn reference(c: &ModelConfig, plan: &DecoderPlan, ids: &[u32]) -> Vec<Vec<f64>> 
                     }
                 }
             }
-            let a = rms_norm(&matvec(&wo, h, &o), &post_attn);
+            let a = norm_if(
+                post_attn,
+                &matvec(&wo, h, &o),
+                &p("post_attention_layernorm"),
+            );
             row.iter_mut().zip(a).for_each(|(r, a)| *r += a);
         }
-        let (pre_ff, post_ff) = (
-            w(&p("pre_feedforward_layernorm"), &[h]),
-            w(&p("post_feedforward_layernorm"), &[h]),
-        );
         let (wg, wu, wd) = (
             w(&p("mlp.gate_proj"), &[inter, h]),
             w(&p("mlp.up_proj"), &[inter, h]),
             w(&p("mlp.down_proj"), &[h, inter]),
         );
         for row in x.iter_mut() {
-            let n = rms_norm(row, &pre_ff);
+            let n = norm_if(pre_mlp, row, &p(pre_mlp_name));
             let (g, u) = (matvec(&wg, inter, &n), matvec(&wu, inter, &n));
             let act: Vec<f64> = g.iter().zip(&u).map(|(g, u)| gelu_tanh(*g) * u).collect();
-            let m = rms_norm(&matvec(&wd, h, &act), &post_ff);
+            let m = norm_if(
+                post_mlp,
+                &matvec(&wd, h, &act),
+                &p("post_feedforward_layernorm"),
+            );
             row.iter_mut().zip(m).for_each(|(r, m)| *r += m);
         }
     }
@@ -220,14 +244,16 @@ fn run(model: &Model, c: &ModelConfig, ids: &[u32]) -> Vec<f32> {
     model.forward(&batch, &mut kv).unwrap()
 }
 
-#[test]
-fn post_norms_gelu_scaled_embedding_and_softcap_match_a_dense_reference() {
-    let c = ModelConfig::from_json(CONFIG).unwrap();
-    let plan = plan(&c);
-    let model = Model::load_planned(&c, &Random, QuantFormat::F32, plan.clone()).unwrap();
-    let ids: Vec<u32> = (0..21).map(|i| (i * 17 + 3) % 50).collect();
-    let got = run(&model, &c, &ids);
-    let want = reference(&c, &plan, &ids);
+/// The model's logits for `plan` against the dense reference's; returns
+/// the reference and the tolerance used.
+fn check_against_reference(
+    c: &ModelConfig,
+    plan: &DecoderPlan,
+    ids: &[u32],
+) -> (Vec<Vec<f64>>, f64) {
+    let model = Model::load_planned(c, &Random, QuantFormat::F32, plan.clone()).unwrap();
+    let got = run(&model, c, ids);
+    let want = reference(c, plan, ids);
     let peak = want.iter().flatten().fold(0f64, |m, v| m.max(v.abs()));
     // f32 kernels against f64 math over two small layers: a few ulps of the
     // largest logit per operation, far below the effect of any one switch.
@@ -238,6 +264,15 @@ fn post_norms_gelu_scaled_embedding_and_softcap_match_a_dense_reference() {
         .fold(0f64, |m, (&g, &w)| m.max((g as f64 - w).abs()));
     eprintln!("max logit error {err:e}, tolerance {tol:e}, peak {peak}");
     assert!(err <= tol, "max |logit error| {err} > {tol} (peak {peak})");
+    (want, tol)
+}
+
+#[test]
+fn post_norms_gelu_scaled_embedding_and_softcap_match_a_dense_reference() {
+    let c = ModelConfig::from_json(CONFIG).unwrap();
+    let plan = plan(&c);
+    let ids: Vec<u32> = (0..21).map(|i| (i * 17 + 3) % 50).collect();
+    let (want, tol) = check_against_reference(&c, &plan, &ids);
 
     // Each switch moves the logits by far more than the tolerance, so the
     // comparison above sees every one of them.
@@ -251,6 +286,12 @@ fn post_norms_gelu_scaled_embedding_and_softcap_match_a_dense_reference() {
     let mut p = plan.clone();
     p.layers[0].scale = 0.25;
     variants.push(("attention scale", p));
+    let mut p = plan.clone();
+    p.layers[0].rope = Some(RopeParams::of(&c));
+    variants.push(("the layer's own RoPE base", p));
+    let mut p = plan.clone();
+    p.wiring.norms = NormPlacement::Pre;
+    variants.push(("post-norms", p));
     for (what, p) in variants {
         let other = reference(&c, &p, &ids);
         let moved = other
@@ -263,6 +304,27 @@ fn post_norms_gelu_scaled_embedding_and_softcap_match_a_dense_reference() {
             "{what} moves the logits by only {moved}"
         );
     }
+}
+
+/// Norms after each block only (OLMo 2's wiring), and the pre-norm wiring
+/// under the same per-layer attention shapes.
+#[test]
+fn post_only_and_pre_norm_wirings_match_the_dense_reference() {
+    let c = ModelConfig::from_json(CONFIG).unwrap();
+    let ids: Vec<u32> = (0..19).map(|i| (i * 11 + 5) % 50).collect();
+    let mut outputs = Vec::new();
+    for norms in [NormPlacement::Post, NormPlacement::Pre] {
+        let mut p = plan(&c);
+        p.wiring.norms = norms;
+        outputs.push(check_against_reference(&c, &p, &ids));
+    }
+    let (post, tol) = &outputs[0];
+    let moved = post
+        .iter()
+        .flatten()
+        .zip(outputs[1].0.iter().flatten())
+        .fold(0f64, |m, (a, b)| m.max((a - b).abs()));
+    assert!(moved > 100.0 * tol, "the wirings differ by only {moved}");
 }
 
 #[test]

@@ -6,7 +6,10 @@
 //! it → RoPE on q and k → write K/V into the paged cache at the slot mapping
 //! → paged attention with the layer's scale and soft-cap → o_proj) →
 //! (post-norm, where the wiring has one) → residual; RMSNorm → the MLP block
-//! (fused gate/up → SwiGLU or GeGLU → down) → (post-norm) → residual. Then the final norm only on the rows
+//! (fused gate/up → SwiGLU or GeGLU → down) → (post-norm) → residual; a
+//! post-norm-only wiring skips the norms before the blocks. RoPE uses the
+//! layer's own table (cos/sin computed once per step for each distinct
+//! RoPE of the model), or none. Then the final norm only on the rows
 //! that need logits, and the head only on those.
 //!
 //! Promises: every buffer lives in a `Workspace` that grows to the largest
@@ -38,8 +41,8 @@ pub struct Workspace {
     proj: Vec<f32>,
     gate_up: Vec<f32>,
     act: Vec<f32>,
-    cos: Vec<f32>,
-    sin: Vec<f32>,
+    /// Per RoPE table, the step's cos and sin rows.
+    rope: Vec<(Vec<f32>, Vec<f32>)>,
     items: Vec<WorkItem>,
     selected: Vec<f32>,
     /// Final-normed hidden states of `ForwardBatch::logits_rows`.
@@ -177,8 +180,7 @@ impl Model {
             proj,
             gate_up,
             act,
-            cos,
-            sin,
+            rope,
             items,
             selected,
             final_hidden,
@@ -193,7 +195,12 @@ impl Model {
                 *x *= scale;
             }
         }
-        self.rope.cos_sin(&batch.positions, cos, sin);
+        if rope.len() < self.ropes.len() {
+            rope.resize_with(self.ropes.len(), Default::default);
+        }
+        for (table, (cos, sin)) in self.ropes.iter().zip(rope.iter_mut()) {
+            table.cos_sin(&batch.positions, cos, sin);
+        }
         let normed = sized(normed, t * h);
         let qkv = sized(qkv, t * qkv_width);
         let attn = sized(attn, t * q_width);
@@ -204,21 +211,30 @@ impl Model {
         let step = AttentionStep {
             batch,
             shape,
-            cos,
-            sin,
+            rope,
             eps,
         };
 
         for (l, layer) in self.layers.iter().enumerate() {
-            rms_norm(hidden, &layer.input_layernorm, eps, normed);
+            match &layer.input_layernorm {
+                Some(w) => rms_norm(hidden, w, eps, normed),
+                None => normed.copy_from_slice(hidden),
+            }
             let buffers = AttentionBuffers {
                 qkv: &mut *qkv,
                 attn: &mut *attn,
                 items: &mut *items,
             };
-            layer
-                .attention
-                .forward(&step, l, &layer.shape, kv, normed, buffers, proj);
+            layer.attention.forward(
+                &step,
+                l,
+                &layer.shape,
+                layer.rope_table,
+                kv,
+                normed,
+                buffers,
+                proj,
+            );
             match &layer.attention_output_norm {
                 // `normed` was attention's input and is free again.
                 Some(w) => {
@@ -228,7 +244,10 @@ impl Model {
                 None => add_assign(hidden, proj, h),
             }
 
-            rms_norm(hidden, &layer.post_attention_layernorm, eps, normed);
+            match &layer.post_attention_layernorm {
+                Some(w) => rms_norm(hidden, w, eps, normed),
+                None => normed.copy_from_slice(hidden),
+            }
             let mut start = 0;
             while start < t {
                 let m = (t - start).min(MLP_CHUNK);

@@ -61,6 +61,20 @@ impl LayerAttention {
         }
     }
 
+    /// [`uniform`](Self::uniform), with the config's sliding window on
+    /// layer `layer` if it is at least `first_windowed` and the window is
+    /// shorter than the context (a window that covers every position is
+    /// full attention).
+    pub fn with_config_window(config: &ModelConfig, layer: usize, first_windowed: usize) -> Self {
+        LayerAttention {
+            window: config
+                .attention
+                .sliding_window
+                .filter(|&w| w < config.max_position_embeddings && layer >= first_windowed),
+            ..Self::uniform(config)
+        }
+    }
+
     /// Whether the forward pass can run this layer of a model of `config`,
     /// with errors naming the config key that asks for what it cannot do.
     pub fn check(&self, config: &ModelConfig, layer: usize) -> Result<()> {
@@ -86,12 +100,18 @@ impl LayerAttention {
             }
         }
         if let Some(rope) = self.rope {
-            if rope != RopeParams::of(config) {
+            if !config.head_dim.is_multiple_of(2) {
                 bail!(
-                    "config: layer {layer} asks for a RoPE of its own (rope_theta {}, \
-                     {:?}); only the model's rope_theta / rope_scaling is supported yet",
-                    rope.base,
-                    rope.scaling
+                    "config: layer {layer} rotates heads of {} dimensions with RoPE, which \
+                     needs an even head_dim",
+                    config.head_dim
+                );
+            }
+            if !(rope.base > 1.0 && rope.base.is_finite()) {
+                bail!(
+                    "config: layer {layer}'s RoPE base (rope_theta) must be a number above 1, \
+                     got {}",
+                    rope.base
                 );
             }
         }

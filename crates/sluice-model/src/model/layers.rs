@@ -51,27 +51,29 @@ pub struct Mlp {
     pub down_proj: Linear,
 }
 
-/// One transformer block: normed attention, then normed MLP, each added
-/// to the residual stream, with the norms where the model's
-/// [`LayerWiring`] puts them.
+/// One transformer block: attention, then the MLP, each added to the
+/// residual stream, with the norms where the model's [`LayerWiring`] puts
+/// them.
 #[derive(Clone, Debug)]
 pub struct DecoderLayer {
-    /// The norm before attention.
-    pub input_layernorm: Vec<f32>,
+    /// The norm before attention (none in a post-norm-only wiring).
+    pub input_layernorm: Option<Vec<f32>>,
     pub attention: Attention,
     /// The norm of the attention output before the residual (post-norm
     /// wirings only).
     pub attention_output_norm: Option<Vec<f32>>,
     /// The norm before the MLP (transformers' `post_attention_layernorm`
     /// in a pre-norm layer, `pre_feedforward_layernorm` in a pre- and
-    /// post-norm one).
-    pub post_attention_layernorm: Vec<f32>,
+    /// post-norm one, none in a post-norm-only one).
+    pub post_attention_layernorm: Option<Vec<f32>>,
     pub mlp: Mlp,
     /// The norm of the MLP output before the residual (post-norm wirings
     /// only).
     pub mlp_output_norm: Option<Vec<f32>>,
     /// How this layer attends (window, scale, RoPE, soft-cap).
     pub shape: LayerAttention,
+    /// Its RoPE's table in `Model::ropes` (`None`: no rotation).
+    pub rope_table: Option<usize>,
 }
 
 /// Reads tensors by role, spelled by the architecture in the source's
@@ -188,13 +190,14 @@ impl Loader<'_> {
 
 impl DecoderLayer {
     /// Layer `i` of a model of `c`'s shape, with the pieces `c` names, the
-    /// norms `wiring` places and the attention `shape`.
+    /// norms `wiring` places, the attention `shape` and its RoPE table.
     pub(crate) fn load(
         ld: &Loader<'_>,
         c: &ModelConfig,
         i: usize,
         wiring: &LayerWiring,
         shape: LayerAttention,
+        rope_table: Option<usize>,
     ) -> Result<Self> {
         let p: LayerPieces = c.pieces();
         let (h, hd, inter) = (c.hidden_size, c.head_dim, c.intermediate_size);
@@ -209,16 +212,30 @@ impl DecoderLayer {
         } else {
             None
         };
-        let (pre_mlp, attention_output_norm, mlp_output_norm) = match wiring.norms {
-            NormPlacement::Pre => (ld.vector(id(Role::PostAttentionNorm), h)?, None, None),
+        let norm = |role| ld.vector(id(role), h).map(Some);
+        // (before attention, after it, before the MLP, after it)
+        let (pre_attn, attention_output_norm, pre_mlp, mlp_output_norm) = match wiring.norms {
+            NormPlacement::Pre => (
+                norm(Role::InputNorm)?,
+                None,
+                norm(Role::PostAttentionNorm)?,
+                None,
+            ),
             NormPlacement::PrePost => (
-                ld.vector(id(Role::PreFeedforwardNorm), h)?,
-                Some(ld.vector(id(Role::AttentionOutputNorm), h)?),
-                Some(ld.vector(id(Role::PostFeedforwardNorm), h)?),
+                norm(Role::InputNorm)?,
+                norm(Role::AttentionOutputNorm)?,
+                norm(Role::PreFeedforwardNorm)?,
+                norm(Role::PostFeedforwardNorm)?,
+            ),
+            NormPlacement::Post => (
+                None,
+                norm(Role::AttentionOutputNorm)?,
+                None,
+                norm(Role::PostFeedforwardNorm)?,
             ),
         };
         Ok(DecoderLayer {
-            input_layernorm: ld.vector(id(Role::InputNorm), h)?,
+            input_layernorm: pre_attn,
             attention: Attention {
                 qkv_proj: ld.linear(
                     &[
@@ -244,19 +261,23 @@ impl DecoderLayer {
             },
             mlp_output_norm,
             shape,
+            rope_table,
         })
     }
 
     /// Bytes of weights held.
     pub fn size_in_bytes(&self) -> usize {
         let a = &self.attention;
-        let post_norms = [&self.attention_output_norm, &self.mlp_output_norm];
-        let norms = self.input_layernorm.len()
-            + self.post_attention_layernorm.len()
-            + post_norms
-                .iter()
-                .map(|n| n.as_ref().map_or(0, Vec::len))
-                .sum::<usize>()
+        let layer_norms = [
+            &self.input_layernorm,
+            &self.attention_output_norm,
+            &self.post_attention_layernorm,
+            &self.mlp_output_norm,
+        ];
+        let norms = layer_norms
+            .iter()
+            .map(|n| n.as_ref().map_or(0, Vec::len))
+            .sum::<usize>()
             + a.qk_norm.as_ref().map_or(0, |n| n.q.len() + n.k.len());
         a.qkv_proj.size_in_bytes()
             + a.o_proj.size_in_bytes()
@@ -273,9 +294,9 @@ pub(super) struct AttentionStep<'a> {
     pub batch: &'a ForwardBatch,
     /// The geometry; its scale and soft-cap are replaced per layer.
     pub shape: AttentionShape,
-    /// Per token, `head_dim / 2` values (`Rope::cos_sin`).
-    pub cos: &'a [f32],
-    pub sin: &'a [f32],
+    /// Per RoPE table of the model (`Model::ropes`), the cos and sin of
+    /// every token: `head_dim / 2` values each (`Rope::cos_sin`).
+    pub rope: &'a [(Vec<f32>, Vec<f32>)],
     pub eps: f32,
 }
 
@@ -301,6 +322,7 @@ impl Attention {
         step: &AttentionStep<'_>,
         layer: usize,
         layer_shape: &LayerAttention,
+        rope_table: Option<usize>,
         kv: &mut KvCache,
         x: &[f32],
         buf: AttentionBuffers<'_>,
@@ -325,12 +347,11 @@ impl Attention {
                 rms_norm_heads_in_place(q, &n.q, step.eps);
                 rms_norm_heads_in_place(&mut rest[..nkv * hd], &n.k, step.eps);
             }
-            if layer_shape.rope.is_some() {
-                // The model's one RoPE table (`LayerAttention::check`
-                // refuses a layer asking for another).
+            if let Some(table) = rope_table {
+                let (cos, sin) = &step.rope[table];
                 let (cs, sn) = (
-                    &step.cos[i * half..(i + 1) * half],
-                    &step.sin[i * half..(i + 1) * half],
+                    &cos[i * half..(i + 1) * half],
+                    &sin[i * half..(i + 1) * half],
                 );
                 // q heads and k heads are adjacent in the fused row.
                 Rope::apply(&mut row[..(nh + nkv) * hd], hd, cs, sn);

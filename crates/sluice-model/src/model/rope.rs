@@ -8,6 +8,7 @@
 //! every kernel path of `KernelFamily::Rope` (same operations in the same
 //! order on each, so the same bits).
 
+use super::RopeParams;
 use crate::config::{ModelConfig, RopeScaling};
 use crate::kernels::multiversion;
 
@@ -19,13 +20,20 @@ pub struct Rope {
 }
 
 impl Rope {
+    /// The config's own RoPE (`rope_theta`, `rope_scaling`).
     pub fn new(config: &ModelConfig) -> Self {
-        let dim = config.head_dim;
-        let base = config.rope_theta as f32;
+        Self::from_params(config.head_dim, RopeParams::of(config))
+    }
+
+    /// The RoPE of `params` over heads of `head_dim` dimensions (a layer
+    /// with a base of its own, such as Gemma 3's local layers).
+    pub fn from_params(head_dim: usize, params: RopeParams) -> Self {
+        let dim = head_dim;
+        let base = params.base as f32;
         let default: Vec<f32> = (0..dim / 2)
             .map(|i| 1.0 / base.powf((2 * i) as f32 / dim as f32))
             .collect();
-        let inv_freq = match config.rope_scaling {
+        let inv_freq = match params.scaling {
             RopeScaling::None => default,
             RopeScaling::Linear { factor } => default.iter().map(|f| f / factor as f32).collect(),
             RopeScaling::Llama3 {
@@ -59,15 +67,13 @@ impl Rope {
         Rope { inv_freq }
     }
 
-    /// `new`, with each frequency divided by its factor (llama.cpp's
-    /// `rope_freqs` tensor, which is how its converter stores Llama 3.1's
-    /// long-context scaling). `factors` has `head_dim / 2` entries.
-    pub fn with_freq_factors(config: &ModelConfig, factors: &[f32]) -> Self {
-        let mut rope = Rope::new(config);
-        for (f, d) in rope.inv_freq.iter_mut().zip(factors) {
+    /// Each frequency divided by its factor (llama.cpp's `rope_freqs`
+    /// tensor, which is how its converter stores Llama 3.1's long-context
+    /// scaling). `factors` has `head_dim / 2` entries.
+    pub fn divide_by(&mut self, factors: &[f32]) {
+        for (f, d) in self.inv_freq.iter_mut().zip(factors) {
             *f /= *d;
         }
-        rope
     }
 
     pub fn inv_freq(&self) -> &[f32] {

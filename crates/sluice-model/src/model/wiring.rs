@@ -22,6 +22,10 @@ pub enum NormPlacement {
     /// around attention, `pre_feedforward_layernorm` /
     /// `post_feedforward_layernorm` around the MLP.
     PrePost,
+    /// `x + post_norm(block(x))` (OLMo 2): norms only after each block —
+    /// `post_attention_layernorm` after attention,
+    /// `post_feedforward_layernorm` after the MLP.
+    Post,
 }
 
 /// The gated MLP's activation: `down(act(gate(x)) · up(x))`.

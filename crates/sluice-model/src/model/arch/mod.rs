@@ -159,8 +159,9 @@ pub trait Arch: Send + Sync {
     /// The layer's pieces, from the config's switches.
     fn pieces(&self, switches: ConfigSwitches) -> LayerPieces;
 
-    /// Whether `config.json`'s `sliding_window` is in force (sliding-window
-    /// attention is refused), given its `use_sliding_window`.
+    /// Whether `config.json`'s `sliding_window` is in force, given its
+    /// `use_sliding_window` (a window in force reaches the layers'
+    /// attention shapes, which the forward pass checks at load).
     fn hf_sliding_window_in_force(&self, use_sliding_window: Option<bool>) -> bool;
 
     /// head_dim when `config.json` gives none (the transformers config
@@ -176,12 +177,13 @@ pub trait Arch: Send + Sync {
     /// scale). Every architecture states its own.
     fn wiring(&self) -> LayerWiring;
 
-    /// Layer `layer`'s attention shape. The default is the same full,
-    /// RoPE'd attention on every layer ([`LayerAttention::uniform`]); an
-    /// architecture that alternates windows, scales or RoPE bases between
-    /// layers overrides this.
-    fn layer_attention(&self, config: &ModelConfig, _layer: usize) -> LayerAttention {
-        LayerAttention::uniform(config)
+    /// Layer `layer`'s attention shape. The default is the same RoPE'd
+    /// attention on every layer, windowed where the config's
+    /// `sliding_window` is in force ([`LayerAttention::with_config_window`]);
+    /// an architecture that alternates windows, scales or RoPE bases
+    /// between layers overrides this.
+    fn layer_attention(&self, config: &ModelConfig, layer: usize) -> LayerAttention {
+        LayerAttention::with_config_window(config, layer, 0)
     }
 
     /// The name of tensor `id` in `naming`. Every family here uses the

@@ -5,6 +5,8 @@
 //! window only applies when `use_sliding_window` is set.
 
 use super::{Arch, Architecture, ConfigSwitches, LayerPieces};
+use crate::config::ModelConfig;
+use crate::model::layer_attention::LayerAttention;
 use crate::model::wiring::LayerWiring;
 
 pub(super) struct Qwen2;
@@ -37,6 +39,13 @@ impl Arch for Qwen2 {
 
     fn hf_sliding_window_in_force(&self, use_sliding_window: Option<bool>) -> bool {
         use_sliding_window.unwrap_or(false)
+    }
+
+    fn layer_attention(&self, config: &ModelConfig, layer: usize) -> LayerAttention {
+        // transformers' Qwen2Config: the window, when in force, applies
+        // from layer `max_window_layers` (default 28) on.
+        let first = config.attention.max_window_layers.unwrap_or(28);
+        LayerAttention::with_config_window(config, layer, first)
     }
 
     fn wiring(&self) -> LayerWiring {
