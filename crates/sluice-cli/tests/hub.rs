@@ -982,16 +982,19 @@ fn missing_repos_files_and_bad_ids_are_one_clear_line() {
         "not/a/model/id",
         &[],
         &env,
-        &["--model not/a/model/id: no such file or directory, and not a Hugging Face model id"],
+        &[
+            "--model: no such file or directory: not/a/model/id",
+            "\"not/a/model/id\" is not a Hugging Face model id",
+        ],
     );
     check(
         "./missing-dir",
         &[],
         &env,
-        &["--model ./missing-dir: no such file or directory"],
+        &["--model: no such file or directory: ./missing-dir"],
     );
     let bad_rev = generate("sluice-test/broken", &["--revision", "../../etc"], &env);
-    assert_ne!(bad_rev.code, 0);
+    assert_eq!(bad_rev.code, 2, "a refused flag value");
     assert!(
         bad_rev
             .stderr
