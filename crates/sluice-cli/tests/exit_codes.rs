@@ -153,6 +153,17 @@ fn configuration_errors_exit_2_naming_the_flag_and_the_path() {
             vec!["serve", "--model", "Org/Name", "--revision", "../up"],
             vec!["--revision"],
         ),
+        (
+            vec!["bench", "--tokenizer", "models/missing.gguf"],
+            vec![
+                "--tokenizer",
+                "no such file or directory: models/missing.gguf",
+            ],
+        ),
+        (
+            vec!["bench", "--tokenizer", "empty"],
+            vec!["--tokenizer empty", "no tokenizer.json and no .gguf file"],
+        ),
     ];
     for (args, wanted) in cases {
         let (code, stderr) = sluice(root, &hf_home, &args);

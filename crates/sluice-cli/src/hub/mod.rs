@@ -62,6 +62,15 @@ const OPTIONAL_FILES: &[&str] = &[
 ];
 /// Files a safetensors model cannot run without.
 const REQUIRED_FILES: &[&str] = &["config.json", "tokenizer.json"];
+/// The tokenizer of `bench --tokenizer ORG/NAME`, and what it reads
+/// beside it when the repository has it.
+const TOKENIZER_FILE: &str = "tokenizer.json";
+const TOKENIZER_OPTIONAL_FILES: &[&str] = &[
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "chat_template.json",
+];
 const INDEX_FILE: &str = "model.safetensors.index.json";
 const SINGLE_FILE: &str = "model.safetensors";
 
@@ -153,4 +162,32 @@ pub fn resolve_model(
             })
         }
     }
+}
+
+/// `bench --tokenizer ORG/NAME`, as vLLM takes a hub id there: the
+/// repository's tokenizer files only (no config, no weights), downloaded
+/// into the Hugging Face cache or, offline, found there; returns the
+/// snapshot directory. `None` when `spec` is not a hub id.
+pub fn resolve_tokenizer(spec: &str, revision: Option<&str>) -> Option<Result<PathBuf>> {
+    let id = parse_hub_id(spec).filter(|id| id.quant.is_none())?;
+    Some((|| {
+        let revision = revision.unwrap_or(DEFAULT_REVISION);
+        check_revision(revision).map_err(crate::exit::config_error)?;
+        let env = HubEnv::from_env().map_err(|e| anyhow!("--tokenizer {spec}: {e}"))?;
+        let hub = Hub {
+            env: &env,
+            id: &id,
+            model: spec,
+            revision,
+            want: &Want::Tokenizer,
+        };
+        let path = if env.offline {
+            hub.cached()
+                .map_err(|e| anyhow!("--tokenizer {spec}: offline (HF_HUB_OFFLINE is set): {e}"))?
+        } else {
+            hub.fetch()?
+        };
+        eprintln!("sluice: --tokenizer {spec}: {}", path.display());
+        Ok(path)
+    })())
 }
