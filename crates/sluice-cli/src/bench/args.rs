@@ -65,10 +65,12 @@ Progress: a bar of finished requests on stderr when stderr is a terminal \
 (--disable-tqdm hides it, as in vLLM); none otherwise.
 
 Peak concurrent requests (vLLM's rule): the run is cut into whole seconds \
-from the first request's start, a request counts as active in every second \
-from the one it starts in to the one it ends in, and the figure is the most \
-requests active in one second; so requests that follow each other within a \
-second both count, and it can exceed --max-concurrency.
+from the first successful request's start, a successful request counts as \
+active in every second from the one it starts in to the one it ends in, and \
+the figure is the most requests active in one second; so requests that \
+follow each other within a second both count, and it can exceed \
+--max-concurrency. (Peak output token throughput counts output chunks per \
+second the same way.)
 
 Output: the summary table on stdout, then one JSON line (the result-file \
 object without the per-request arrays, plus sluice's extras). --save-result \
