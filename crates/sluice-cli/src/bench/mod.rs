@@ -116,7 +116,8 @@ fn load_tokenizer(
 /// failed download is not.
 fn open_tokenizer(spec: &str) -> Result<BenchTokenizer> {
     let flag = || format!("--tokenizer {spec}");
-    let path = Path::new(spec);
+    let expanded = crate::hub::expand_home(spec);
+    let path = expanded.as_path();
     if path.exists() {
         let tok = if sluice_model::gguf::is_gguf_model(path) {
             BenchTokenizer::from_gguf(path)

@@ -45,7 +45,7 @@ pub(super) fn parse_model(model: &str, exists: impl Fn(&Path) -> bool) -> Result
 }
 
 /// `~` and `~/...` with `$HOME` (a shell leaves a quoted `~` as it is).
-pub(super) fn expand_home(model: &str) -> PathBuf {
+pub(crate) fn expand_home(model: &str) -> PathBuf {
     let home = || std::env::var_os("HOME").filter(|h| !h.is_empty());
     match (model, model.strip_prefix("~/")) {
         ("~", _) => home().map_or_else(|| PathBuf::from(model), PathBuf::from),

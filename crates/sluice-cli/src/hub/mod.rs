@@ -45,7 +45,7 @@ use choose::*;
 use env::*;
 use fetch::*;
 use id::*;
-pub(crate) use id::{looks_like_path, missing_path};
+pub(crate) use id::{expand_home, looks_like_path, missing_path};
 
 /// The default hub, used when `HF_ENDPOINT` is not set.
 const DEFAULT_ENDPOINT: &str = "https://huggingface.co";
