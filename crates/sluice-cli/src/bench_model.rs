@@ -282,6 +282,12 @@ fn bench(args: &BenchModelArgs) -> Result<()> {
     sluice_model::kernels::set_num_threads(args.threads);
     let kv = KvCacheConfig::new(args.block_size, num_blocks);
     let path = std::path::Path::new(&args.model);
+    if !path.exists() && crate::hub::looks_like_path(&args.model, |p| p.exists()) {
+        return Err(bad_config(format!(
+            "--model: {}",
+            crate::hub::missing_path(path)
+        )));
+    }
     let t0 = Instant::now();
     let (loaded, weights_desc) = if path.exists() {
         let weights_desc = match (args.load_format, &quantization) {

@@ -258,6 +258,30 @@ fn gguf_model_name(path: &std::path::Path) -> String {
     }
 }
 
+/// A local `--model` directory must be a Hugging Face model directory
+/// (`config.json`) or hold a GGUF file; else a configuration error naming
+/// the directory and what it lacks (exit status 2).
+fn check_model_dir(r: &crate::hub::ResolvedModel) -> Result<()> {
+    let dir = &r.path;
+    if !dir.is_dir() || dir.join("config.json").exists() || sluice_model::gguf::is_gguf_model(dir) {
+        return Ok(());
+    }
+    let empty = std::fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_none());
+    Err(bad_config(if empty {
+        format!(
+            "{}: the directory is empty (a model directory holds config.json, \
+             *.safetensors and tokenizer.json, or a .gguf file)",
+            model_label(r)
+        )
+    } else {
+        format!(
+            "{}: no config.json and no .gguf file in the directory (a model directory holds \
+             config.json, *.safetensors and tokenizer.json, or a .gguf file)",
+            model_label(r)
+        )
+    }))
+}
+
 /// Loads the model and tokenizer and builds the engine configuration.
 pub fn prepare_engine(model: &ModelArgs, sched: &SchedulerArgs) -> Result<PreparedEngine> {
     prepare(model, sched, None)
@@ -427,6 +451,9 @@ fn prepare(
         )?),
         None => None,
     };
+    if let Some(r) = &resolved {
+        check_model_dir(r)?;
+    }
     let model_dir: Option<PathBuf> = resolved.as_ref().map(|r| r.path.clone());
     let builtin = builtin_name(model, sim);
     let spec = ModelSpec {

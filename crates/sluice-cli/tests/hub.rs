@@ -9,6 +9,8 @@
 //! hub, through a 302 to a "CDN" URL with `X-Linked-Etag`. It logs every
 //! request, so tests can tell what was downloaded and what was reused.
 
+mod common;
+
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -982,16 +984,19 @@ fn missing_repos_files_and_bad_ids_are_one_clear_line() {
         "not/a/model/id",
         &[],
         &env,
-        &["--model not/a/model/id: no such file or directory, and not a Hugging Face model id"],
+        &[
+            "--model: no such file or directory: not/a/model/id",
+            "\"not/a/model/id\" is not a Hugging Face model id",
+        ],
     );
     check(
         "./missing-dir",
         &[],
         &env,
-        &["--model ./missing-dir: no such file or directory"],
+        &["--model: no such file or directory: ./missing-dir"],
     );
     let bad_rev = generate("sluice-test/broken", &["--revision", "../../etc"], &env);
-    assert_ne!(bad_rev.code, 0);
+    assert_eq!(bad_rev.code, 2, "a refused flag value");
     assert!(
         bad_rev
             .stderr
@@ -1159,4 +1164,64 @@ fn gguf_quant_tag_picks_the_right_file() {
         &env,
     );
     assert!(e.error_line().contains("not both"), "{}", e.stderr);
+}
+
+/// `sluice bench --tokenizer ORG/NAME` (a hub id, as vLLM's bench takes):
+/// only the repository's tokenizer files are downloaded, the prompts built
+/// with them match the server's tokenizer (the same tiny-qwen2 files, so
+/// no re-alignment), and a second run offline reads the cache.
+#[test]
+fn bench_tokenizer_hub_id_downloads_the_tokenizer_only() {
+    let repo = tiny_repo("tok");
+    let hub = MockHub::start(repos(vec![("sluice-test/tiny-qwen2", repo)]));
+    let home = TempDir::new("bench-tok");
+    let endpoint = hub.endpoint();
+    let home_s = home.0.to_str().unwrap().to_string();
+    let fixture = fixture_dir();
+    let mut serve = common::spawn_serve(&["--model", fixture.to_str().unwrap()], &[]);
+    serve.drain_log();
+    let bench = |offline: bool| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
+        cmd.args([
+            "bench",
+            "--base-url",
+            &serve.url,
+            "--tokenizer",
+            "sluice-test/tiny-qwen2",
+            "--num-prompts",
+            "4",
+            "--random-input-len",
+            "24",
+            "--random-output-len",
+            "2",
+        ]);
+        for (k, _) in std::env::vars() {
+            if k.to_ascii_uppercase().starts_with("HF_") {
+                cmd.env_remove(&k);
+            }
+        }
+        cmd.env("HF_ENDPOINT", &endpoint).env("HF_HOME", &home_s);
+        if offline {
+            cmd.env("HF_HUB_OFFLINE", "1");
+        }
+        let out = cmd.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{stderr}");
+        assert!(!stderr.contains("mismatch"), "{stderr}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let stdout = bench(false);
+    assert!(stdout.contains("Successful requests:"), "{stdout}");
+    assert_eq!(
+        hub.resolved_files("sluice-test/tiny-qwen2"),
+        [
+            "special_tokens_map.json",
+            "tokenizer.json",
+            "tokenizer_config.json"
+        ],
+        "the tokenizer's files, no config or weights"
+    );
+    let before = hub.requests().len();
+    bench(true);
+    assert_eq!(hub.requests().len(), before, "offline: the cache only");
 }

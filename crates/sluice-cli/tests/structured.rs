@@ -117,7 +117,7 @@ fn assert_valid(schema: &Value, text: &str, what: &str) {
 }
 
 /// The ten schemas (tests/data/structured_schemas.json, which
-/// examples/structured_bench.rs also runs), each with a prompt that asks
+/// examples/structured_engine_bench.rs also runs), each with a prompt that asks
 /// for it.
 fn schemas() -> Vec<(String, Value)> {
     let all: Value = serde_json::from_str(include_str!("data/structured_schemas.json")).unwrap();

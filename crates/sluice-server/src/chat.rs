@@ -134,10 +134,16 @@ fn template_values(
     raw: &Map<String, Value>,
     flat: &[sluice_engine::ChatMessage],
 ) -> Result<Vec<Value>, ApiError> {
-    let raw_messages = raw
-        .get("messages")
-        .and_then(Value::as_array)
-        .ok_or_else(|| ApiError::invalid("messages", "messages must be a list"))?;
+    let raw_messages = match raw.get("messages") {
+        Some(Value::Array(a)) => a,
+        Some(v) => return Err(crate::json::type_error("messages", "an array", v)),
+        None => {
+            return Err(ApiError::invalid(
+                "messages",
+                "messages: the field is required",
+            ))
+        }
+    };
     let values: Vec<Value> = raw_messages
         .iter()
         .zip(flat)

@@ -43,6 +43,12 @@ impl ApiError {
         }
     }
 
+    /// The same error without a request field named (`param` null).
+    pub fn without_param(mut self) -> Self {
+        self.param = None;
+        self
+    }
+
     /// 400 without a specific field (e.g. malformed JSON).
     pub fn bad_request(message: impl Into<String>) -> Self {
         ApiError {

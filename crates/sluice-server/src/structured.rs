@@ -14,6 +14,7 @@
 //! options only from its server config), `whitespace_pattern` applies.
 
 use crate::error::ApiError;
+use crate::json::type_error;
 use serde_json::{Map, Value};
 use sluice_structured::Constraint;
 
@@ -38,7 +39,7 @@ struct Kinds {
 fn string(v: &Value, field: &str) -> Result<String, ApiError> {
     v.as_str()
         .map(str::to_string)
-        .ok_or_else(|| ApiError::invalid(field, format!("{field} must be a string")))
+        .ok_or_else(|| type_error(field, "a string", v))
 }
 
 fn nonempty(s: String, field: &str, what: &str) -> Result<String, ApiError> {
@@ -67,9 +68,10 @@ fn schema(v: &Value, field: &str) -> Result<Value, ApiError> {
                 .filter(|v| v.is_object() || v == &Value::Bool(true))
                 .ok_or_else(|| ApiError::invalid(field, "Invalid JSON grammar specification."))
         }
-        _ => Err(ApiError::invalid(
+        _ => Err(type_error(
             field,
-            format!("{field} must be a JSON schema (an object, or a string holding one)"),
+            "a JSON schema (an object, or a string holding one)",
+            v,
         )),
     }
 }
@@ -77,7 +79,7 @@ fn schema(v: &Value, field: &str) -> Result<Value, ApiError> {
 fn choices(v: &Value, field: &str) -> Result<Vec<String>, ApiError> {
     let list = v
         .as_array()
-        .ok_or_else(|| ApiError::invalid(field, format!("{field} must be a list of strings")))?;
+        .ok_or_else(|| type_error(field, "an array of strings", v))?;
     if list.is_empty() {
         return Err(ApiError::invalid(
             field,
@@ -206,12 +208,7 @@ pub fn from_body(body: &Map<String, Value>) -> Result<Option<Requested>, ApiErro
                 ));
             }
         }
-        Some(_) => {
-            return Err(ApiError::invalid(
-                "structured_outputs",
-                "structured_outputs must be an object",
-            ))
-        }
+        Some(v) => return Err(type_error("structured_outputs", "an object", v)),
     }
     if k.count() > 0 && so.count() > 0 {
         return Err(multiple());
@@ -223,7 +220,14 @@ pub fn from_body(body: &Map<String, Value>) -> Result<Option<Requested>, ApiErro
     match body.get("response_format") {
         None | Some(Value::Null) => {}
         Some(rf) => {
-            let ty = rf.get("type").and_then(Value::as_str);
+            if !rf.is_object() {
+                return Err(type_error("response_format", "an object", rf));
+            }
+            let ty = match rf.get("type") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(t)) => Some(t.as_str()),
+                Some(t) => return Err(type_error("response_format.type", "a string", t)),
+            };
             match ty {
                 Some("text") => {}
                 Some("json_object") => {
@@ -231,7 +235,14 @@ pub fn from_body(body: &Map<String, Value>) -> Result<Option<Requested>, ApiErro
                     k.json_object = Some("response_format");
                 }
                 Some("json_schema") => {
-                    let Some(js) = rf.get("json_schema").filter(|v| v.is_object()) else {
+                    let js = match rf.get("json_schema") {
+                        Some(js @ Value::Object(_)) => Some(js),
+                        None | Some(Value::Null) => None,
+                        Some(js) => {
+                            return Err(type_error("response_format.json_schema", "an object", js))
+                        }
+                    };
+                    let Some(js) = js else {
                         return Err(ApiError::invalid(
                             "response_format",
                             "When response_format type is 'json_schema', the 'json_schema' \
@@ -453,7 +464,7 @@ mod tests {
             (
                 json!({"guided_choice": "a"}),
                 "guided_choice",
-                "list of strings",
+                "guided_choice: expected an array of strings, got the string \"a\"",
             ),
         ];
         for (body, field, text) in cases {

@@ -81,7 +81,21 @@ async fn every_type_error_names_its_field() {
             assert_eq!(status, 400, "{path} {body}: {v}");
             assert_eq!(v["error"]["param"], *field, "{path} {body}: {v}");
             let message = v["error"]["message"].as_str().unwrap();
-            assert!(message.contains(field), "{path} {body}: {message}");
+            assert!(
+                message.starts_with(&format!("{field}: expected ")),
+                "{path} {body}: {message}"
+            );
+            for internal in [
+                "invalid type",
+                "line 1",
+                "f64",
+                "i64",
+                "u32",
+                "untagged",
+                "`",
+            ] {
+                assert!(!message.contains(internal), "{path} {body}: {message}");
+            }
         }
     }
     // Nested fields are named by their path.
@@ -93,6 +107,185 @@ async fn every_type_error_names_its_field() {
     .await;
     assert_eq!(status, 400);
     assert_eq!(v["error"]["param"], "messages[0].content", "{v}");
+    s.shutdown().await;
+}
+
+/// Each case: endpoint, body, the field at fault, and the message the API
+/// gives: the field's JSON path, the JSON type it takes (as the OpenAI API
+/// reference types it) and what the body holds there.
+const TYPE_ERROR_CASES: &[(&str, &str, &str, &str)] = &[
+    // number
+    (
+        "/v1/completions",
+        r#"{"prompt": "Hi", "temperature": "hot"}"#,
+        "temperature",
+        r#"temperature: expected a number, got the string "hot""#,
+    ),
+    (
+        "/v1/chat/completions",
+        r#"{"messages": [{"role": "user", "content": "Hi"}], "top_p": [1]}"#,
+        "top_p",
+        "top_p: expected a number, got an array",
+    ),
+    // integer
+    (
+        "/v1/completions",
+        r#"{"prompt": "Hi", "max_tokens": 1.5}"#,
+        "max_tokens",
+        "max_tokens: expected an integer, got the number 1.5",
+    ),
+    (
+        "/v1/chat/completions",
+        r#"{"messages": [{"role": "user", "content": "Hi"}], "n": "two"}"#,
+        "n",
+        r#"n: expected an integer, got the string "two""#,
+    ),
+    // boolean
+    (
+        "/v1/completions",
+        r#"{"prompt": "Hi", "stream": "true"}"#,
+        "stream",
+        r#"stream: expected a boolean, got the string "true""#,
+    ),
+    (
+        "/v1/chat/completions",
+        r#"{"messages": [{"role": "user", "content": "Hi"}], "logprobs": 3}"#,
+        "logprobs",
+        "logprobs: expected a boolean, got the number 3",
+    ),
+    // string
+    (
+        "/v1/completions",
+        r#"{"prompt": "Hi", "model": 5}"#,
+        "model",
+        "model: expected a string, got the number 5",
+    ),
+    (
+        "/v1/chat/completions",
+        r#"{"messages": [{"role": 7, "content": "Hi"}]}"#,
+        "messages[0].role",
+        "messages[0].role: expected a string, got the number 7",
+    ),
+    // array
+    (
+        "/v1/completions",
+        r#"{"prompt": "Hi", "stop_token_ids": "1,2"}"#,
+        "stop_token_ids",
+        r#"stop_token_ids: expected an array, got the string "1,2""#,
+    ),
+    (
+        "/v1/chat/completions",
+        r#"{"messages": {"role": "user", "content": "Hi"}}"#,
+        "messages",
+        "messages: expected an array, got an object",
+    ),
+    (
+        "/v1/completions",
+        r#"{"prompt": "Hi", "stop_token_ids": [1, "x"]}"#,
+        "stop_token_ids[1]",
+        r#"stop_token_ids[1]: expected an integer in [0, 4294967295], got the string "x""#,
+    ),
+    // object
+    (
+        "/v1/completions",
+        r#"{"prompt": "Hi", "stream_options": 3}"#,
+        "stream_options",
+        "stream_options: expected an object, got the number 3",
+    ),
+    (
+        "/v1/chat/completions",
+        r#"{"messages": [{"role": "user", "content": "Hi"}], "logit_bias": [1, 2]}"#,
+        "logit_bias",
+        "logit_bias: expected an object, got an array",
+    ),
+    // a choice of shapes, nested
+    (
+        "/v1/chat/completions",
+        r#"{"messages": [{"role": "user", "content": 5}]}"#,
+        "messages[0].content",
+        "messages[0].content: expected a string or an array of content parts, got the number 5",
+    ),
+    (
+        "/v1/completions",
+        r#"{"prompt": {"text": "Hi"}}"#,
+        "prompt",
+        "prompt: expected a string, an array of strings, an array of token ids or an array of \
+         arrays of token ids, got an object",
+    ),
+    // fields read after the typed parse
+    (
+        "/v1/chat/completions",
+        r#"{"messages": [{"role": "user", "content": "Hi"}], "response_format": "json"}"#,
+        "response_format",
+        r#"response_format: expected an object, got the string "json""#,
+    ),
+    (
+        "/v1/chat/completions",
+        r#"{"messages": [{"role": "user", "content": "Hi"}],
+            "response_format": {"type": "json_schema", "json_schema": true}}"#,
+        "response_format.json_schema",
+        "response_format.json_schema: expected an object, got true",
+    ),
+    (
+        "/v1/chat/completions",
+        r#"{"messages": [{"role": "user", "content": "Hi"}],
+            "response_format": {"type": "json_schema", "json_schema": {"schema": 3}}}"#,
+        "response_format.json_schema.schema",
+        "response_format.json_schema.schema: expected a JSON schema (an object, or a string \
+         holding one), got the number 3",
+    ),
+    (
+        "/v1/completions",
+        r#"{"prompt": "Hi", "structured_outputs": {"regex": 12}}"#,
+        "structured_outputs.regex",
+        "structured_outputs.regex: expected a string, got the number 12",
+    ),
+    (
+        "/v1/chat/completions",
+        r#"{"messages": [{"role": "user", "content": "Hi"}], "tools": [5]}"#,
+        "tools[0]",
+        "tools[0]: expected an object, got the number 5",
+    ),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn type_errors_are_in_the_apis_words() {
+    let s = TestServer::start("m", None, Duration::ZERO).await;
+    let client = reqwest::Client::new();
+    for (path, body, param, message) in TYPE_ERROR_CASES {
+        let r = client
+            .post(format!("{}{path}", s.base()))
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(status, 400, "{path} {body}: {v}");
+        assert_eq!(v["error"]["param"], *param, "{path} {body}: {v}");
+        assert_eq!(v["error"]["message"], *message, "{path} {body}: {v}");
+        assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
+        assert_eq!(v["error"]["code"], 400, "{v}");
+    }
+    // Only a body that is not JSON says where it broke.
+    for body in [r#"{"prompt": "Hi",}"#, r#"{"prompt": "Hi""#, "prompt=Hi"] {
+        let r = client
+            .post(format!("{}/v1/completions", s.base()))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 400, "{body}");
+        let v: Value = r.json().await.unwrap();
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("malformed JSON body: ") && message.contains("at line 1 column"),
+            "{body}: {message}"
+        );
+        assert_eq!(v["error"]["param"], Value::Null, "{body}: {v}");
+    }
     s.shutdown().await;
 }
 

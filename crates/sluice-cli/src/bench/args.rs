@@ -45,20 +45,42 @@ dataset (token-id prompts from NumPy's seeded streams, bit for bit), same \
 arrival process, same TTFT / TPOT / ITL / E2EL definitions, same summary \
 table and result-file keys.
 
-Tokenizer: --tokenizer DIR (a Hugging Face model directory with \
-tokenizer.json); else the model id itself when it is such a local directory \
-(as vLLM uses the model id); else sluice's built-in byte-level tokenizer. \
-Either way, as vLLM does, the first prompt is checked against the server's \
-/tokenize and all prompts are cut to their length there on a mismatch. Pass \
---tokenizer for a server running a real model.
+Tokenizer: --tokenizer takes a GGUF file (the tokenizer it carries, the one \
+`sluice serve --model FILE.gguf` uses), a Hugging Face tokenizer directory \
+(tokenizer.json), or a Hugging Face Hub id ORG/NAME (its tokenizer files \
+only, into the Hugging Face cache; HF_HUB_OFFLINE applies). Without it, the \
+model id when it is such a local path (as vLLM uses the model id). Else the \
+server's own POST /tokenize measures the prompts (sluice and vLLM serve it): \
+each is drafted as text, tokenized there, cut to its length in the server's \
+tokens (POST /detokenize) and checked again, so it has the requested length \
+in the server's tokens without a local copy of the tokenizer; a server \
+without /tokenize gets the built-in byte-level prompts, unmeasured. With a \
+local tokenizer, as vLLM does, the first prompt is checked against \
+/tokenize and all prompts are cut to the server's lengths on a mismatch. The \
+summary's sluice section gives the requested prompt length and the achieved \
+one (mean, standard deviation, min and max of the server's usage \
+prompt_tokens).
+
+Progress: a bar of finished requests on stderr when stderr is a terminal \
+(--disable-tqdm hides it, as in vLLM); none otherwise.
+
+Peak concurrent requests (vLLM's rule): the run is cut into whole seconds \
+from the first successful request's start, a successful request counts as \
+active in every second from the one it starts in to the one it ends in, and \
+the figure is the most requests active in one second; so requests that \
+follow each other within a second both count, and it can exceed \
+--max-concurrency. (Peak output token throughput counts output chunks per \
+second the same way.)
 
 Output: the summary table on stdout, then one JSON line (the result-file \
 object without the per-request arrays, plus sluice's extras). --save-result \
 writes the result file (per-request arrays with --save-detailed, as in \
 vLLM). Progress and notes go to stderr.
 
-Exit status: 2 for a bad flag; 1 when a request failed other than by a \
-503, or when --check-kv-drain found the server not drained.";
+Exit status: 2 for a bad flag (a value that does not parse, an unknown \
+dataset, a --tokenizer that does not exist or holds no tokenizer); 1 when a \
+request failed other than by a 503, when --check-kv-drain found the server \
+not drained, or when the server or the hub cannot be reached.";
 
 #[derive(Args, Clone, Debug)]
 #[command(after_help = AFTER_HELP)]
@@ -86,10 +108,12 @@ pub struct BenchArgs {
     /// The name sent as `model` when it differs from --model.
     #[arg(long, value_name = "NAME")]
     pub served_model_name: Option<String>,
-    /// A Hugging Face model directory whose tokenizer.json builds the
-    /// prompts and counts output tokens when the server sends no usage.
-    #[arg(long, value_name = "DIR")]
-    pub tokenizer: Option<PathBuf>,
+    /// The tokenizer that builds the prompts (and counts output tokens when
+    /// the server sends no usage): a GGUF file, a Hugging Face tokenizer
+    /// directory, or a hub id ORG/NAME [default: the model id when it is a
+    /// local path, else the server's /tokenize].
+    #[arg(long, value_name = "FILE.gguf|DIR|ORG/NAME")]
+    pub tokenizer: Option<String>,
     /// Only `random` (token-id prompts) is implemented.
     #[arg(long, default_value = "random", value_parser = ["random"])]
     pub dataset_name: String,
@@ -190,7 +214,8 @@ pub struct BenchArgs {
     /// the server's].
     #[arg(long)]
     pub repetition_penalty: Option<f64>,
-    /// Accepted for vLLM compatibility; there is no progress bar.
+    /// No progress bar (there is one on stderr only when stderr is a
+    /// terminal).
     #[arg(long)]
     pub disable_tqdm: bool,
 
@@ -223,7 +248,8 @@ pub struct Config {
     pub api_url: String,
     pub model: Option<String>,
     pub served_model_name: Option<String>,
-    pub tokenizer: Option<PathBuf>,
+    pub tokenizer: Option<String>,
+    pub disable_tqdm: bool,
     pub input_len: usize,
     pub output_len: usize,
     pub range_ratio: (f64, f64),
@@ -401,6 +427,7 @@ impl BenchArgs {
             model: self.model.clone(),
             served_model_name: self.served_model_name.clone(),
             tokenizer: self.tokenizer.clone(),
+            disable_tqdm: self.disable_tqdm,
             input_len: self.input_len.unwrap_or(self.random_input_len),
             output_len: self.output_len.unwrap_or(self.random_output_len),
             range_ratio: parse_range_ratio(&self.random_range_ratio)?,

@@ -41,6 +41,20 @@ impl BenchTokenizer {
         Self::new(tok, Some(base), dir.display().to_string())
     }
 
+    /// The tokenizer a GGUF file carries (`path`: the file, the first part
+    /// of a split set, or a directory holding one), the one `sluice serve
+    /// --model` builds from the same file. Its base vocabulary, as
+    /// transformers counts `vocab_size`, stops before the control and
+    /// user-defined tokens that close the list (a converter appends the
+    /// added tokens there).
+    pub fn from_gguf(path: &Path) -> Result<Self> {
+        let file = sluice_model::gguf::resolve(path)?;
+        let vocab = sluice_model::gguf::GgufModel::open(&file)?.vocab;
+        let tok = Tokenizer::from_gguf_vocab(&vocab)?;
+        let base = base_vocab_size(vocab.tokens.len(), vocab.token_types.as_deref());
+        Self::new(tok, Some(base), file.display().to_string())
+    }
+
     /// The built-in byte-level tokenizer, its vocabulary taken as the 128
     /// ASCII bytes: random bytes above them rarely form valid UTF-8, so
     /// prompts would decode to U+FFFD and re-encode to other lengths.
@@ -63,6 +77,12 @@ impl BenchTokenizer {
         self.vocab_size
     }
 
+    /// Special tokens encoding adds (a BOS, say), counted in the server's
+    /// `prompt_tokens` and in `--random-input-len`.
+    pub fn num_special_tokens_to_add(&self) -> usize {
+        self.num_special_tokens_to_add
+    }
+
     /// Tokens of `text` without special tokens (how vLLM counts).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
         self.tok.encode(text, false)
@@ -80,6 +100,21 @@ impl BenchTokenizer {
         (0..self.vocab_size as u32)
             .filter(|&id| !self.tok.is_special(id))
             .collect()
+    }
+}
+
+/// llama.cpp's token types of the added tokens: control (3) and
+/// user-defined (4).
+const ADDED_TOKEN_TYPES: [i32; 2] = [3, 4];
+
+/// The vocabulary without the added tokens at its end.
+fn base_vocab_size(n: usize, token_types: Option<&[i32]>) -> usize {
+    match token_types {
+        Some(types) if types.len() == n => types
+            .iter()
+            .rposition(|t| !ADDED_TOKEN_TYPES.contains(t))
+            .map_or(n, |last| last + 1),
+        _ => n,
     }
 }
 
@@ -304,6 +339,15 @@ mod tests {
                 assert_eq!(g.expected_output_len, w[2].as_u64().unwrap() as usize);
             }
         }
+    }
+
+    #[test]
+    fn added_tokens_at_the_end_are_not_the_base_vocabulary() {
+        // Qwen2's layout: normal tokens, then control / user-defined ones.
+        assert_eq!(base_vocab_size(6, Some(&[1, 1, 1, 1, 3, 4])), 4);
+        // SmolLM2's: control tokens first, normal ones after.
+        assert_eq!(base_vocab_size(5, Some(&[3, 3, 1, 1, 1])), 5);
+        assert_eq!(base_vocab_size(5, None), 5);
     }
 
     #[test]

@@ -33,6 +33,7 @@ mod sse;
 
 pub use args::BenchArgs;
 
+use crate::exit::{bad_config, config_error};
 use anyhow::{Context, Result};
 use args::Config;
 use dataset::{BenchTokenizer, RandomParams};
@@ -68,29 +69,86 @@ pub fn run(args: BenchArgs) -> ExitCode {
         Ok(false) => ExitCode::FAILURE,
         Err(e) => {
             eprintln!("sluice bench: {e:#}");
-            ExitCode::FAILURE
+            crate::exit::exit_code(&e)
         }
     }
 }
 
-/// The tokenizer the prompts are built with: `--tokenizer`, else the model
-/// id when it is a local model directory (vLLM loads the model id's
-/// tokenizer), else the built-in byte-level one.
-fn load_tokenizer(cfg: &Config, model_id: &str) -> Result<BenchTokenizer> {
-    if let Some(dir) = &cfg.tokenizer {
-        return BenchTokenizer::from_dir(dir)
-            .with_context(|| format!("--tokenizer {}", dir.display()));
+/// Where the prompts' lengths come from.
+enum Lengths {
+    /// A tokenizer here, the server's (or one like it).
+    Local,
+    /// No local tokenizer: the built-in one drafts, the server's
+    /// `/tokenize` measures.
+    Server,
+}
+
+/// The tokenizer the prompts are built with: `--tokenizer` (`given`, opened
+/// already), else the model
+/// id when it is a local model path (vLLM loads the model id's
+/// tokenizer), else the built-in byte-level one drafting prompts that the
+/// server's `/tokenize` then measures.
+fn load_tokenizer(
+    given: Option<BenchTokenizer>,
+    model_id: &str,
+) -> Result<(BenchTokenizer, Lengths)> {
+    if let Some(tok) = given {
+        return Ok((tok, Lengths::Local));
     }
-    let dir = Path::new(model_id);
-    if dir.join("tokenizer.json").is_file() {
-        return BenchTokenizer::from_dir(dir);
+    let path = Path::new(model_id);
+    if sluice_model::gguf::is_gguf_model(path) {
+        return Ok((BenchTokenizer::from_gguf(path)?, Lengths::Local));
+    }
+    if path.join("tokenizer.json").is_file() {
+        return Ok((BenchTokenizer::from_dir(path)?, Lengths::Local));
     }
     eprintln!(
-        "sluice bench: no --tokenizer, and the model id {model_id:?} is not a local model \
-         directory: building prompts with the built-in byte-level tokenizer (prompt lengths are \
-         checked against the server's /tokenize)"
+        "sluice bench: no --tokenizer, and the model id {model_id:?} is not a local model path: \
+         prompts are drafted with the built-in byte-level tokenizer and measured in the \
+         server's tokens through its /tokenize"
     );
-    BenchTokenizer::builtin()
+    Ok((BenchTokenizer::builtin()?, Lengths::Server))
+}
+
+/// `--tokenizer SPEC`: a GGUF file (or a directory holding one), a
+/// tokenizer directory (or its tokenizer.json), else a hub id. A path that
+/// does not exist or holds no tokenizer is a flag error (exit status 2); a
+/// failed download is not.
+fn open_tokenizer(spec: &str) -> Result<BenchTokenizer> {
+    let flag = || format!("--tokenizer {spec}");
+    let expanded = crate::hub::expand_home(spec);
+    let path = expanded.as_path();
+    if path.exists() {
+        let tok = if sluice_model::gguf::is_gguf_model(path) {
+            BenchTokenizer::from_gguf(path)
+        } else if path.is_dir() && path.join("tokenizer.json").is_file() {
+            BenchTokenizer::from_dir(path)
+        } else if path.is_dir() {
+            Err(anyhow::anyhow!(
+                "the directory has no tokenizer.json and no .gguf file"
+            ))
+        } else if path.file_name().is_some_and(|n| n == "tokenizer.json") {
+            BenchTokenizer::from_dir(path.parent().unwrap_or(Path::new(".")))
+        } else {
+            Err(anyhow::anyhow!(
+                "neither a GGUF file nor a tokenizer directory (tokenizer.json)"
+            ))
+        };
+        return tok.with_context(flag).map_err(config_error);
+    }
+    if crate::hub::looks_like_path(spec, |p| p.exists()) {
+        return Err(bad_config(format!(
+            "--tokenizer: {}",
+            crate::hub::missing_path(path)
+        )));
+    }
+    match crate::hub::resolve_tokenizer(spec, None) {
+        Some(dir) => BenchTokenizer::from_dir(&dir?).with_context(flag),
+        None => Err(bad_config(format!(
+            "--tokenizer: {}, and {spec:?} is not a Hugging Face id (ORG/NAME)",
+            crate::hub::missing_path(path)
+        ))),
+    }
 }
 
 async fn bench(cfg: Config) -> Result<bool> {
@@ -104,6 +162,9 @@ async fn bench(cfg: Config) -> Result<bool> {
         .build()
         .context("cannot build the HTTP client")?;
 
+    // A --tokenizer that cannot be opened is refused before the server is
+    // asked anything.
+    let given = cfg.tokenizer.as_deref().map(open_tokenizer).transpose()?;
     let (model_name, model_id) = match &cfg.model {
         Some(m) => (cfg.served_model_name.clone(), m.clone()),
         None => {
@@ -113,7 +174,7 @@ async fn bench(cfg: Config) -> Result<bool> {
             (Some(name), root)
         }
     };
-    let tokenizer = load_tokenizer(&cfg, &model_id)?;
+    let (tokenizer, lengths) = load_tokenizer(given, &model_id)?;
 
     let params = RandomParams {
         num_requests: cfg.num_prompts,
@@ -124,8 +185,15 @@ async fn bench(cfg: Config) -> Result<bool> {
         seed: cfg.seed,
         request_id_prefix: cfg.request_id_prefix.clone(),
     };
-    let samples = dataset::sample_random(&tokenizer, &params)?;
-    let samples = server::align_prompts(&client, &cfg.base_url, &model_id, samples).await;
+    let samples = dataset::sample_random(&tokenizer, &params).map_err(config_error)?;
+    let samples = match lengths {
+        Lengths::Local => server::align_prompts(&client, &cfg.base_url, &model_id, samples).await,
+        Lengths::Server => {
+            server::fit_to_server(&client, &cfg.base_url, &model_id, samples, cfg.disable_tqdm)
+                .await
+        }
+    };
+    let requested = report::Requested::new(&params, tokenizer.num_special_tokens_to_add())?;
 
     let server_pid = match &cfg.server_pid {
         Some(spec) => Some(server::resolve_pid(spec, server::url_port(&cfg.base_url))?),
@@ -188,6 +256,7 @@ async fn bench(cfg: Config) -> Result<bool> {
             .filter(|o| o.outcome == Outcome::Disconnected)
             .count(),
         rss_kib_before,
+        requested: Some(requested),
         ..Default::default()
     };
     if cfg.check_kv_drain {
@@ -317,6 +386,7 @@ async fn send_all(
     origin: Instant,
 ) -> Result<(Vec<RequestOutput>, f64)> {
     let send_times = arrivals::send_times(inputs.len(), cfg.request_rate, cfg.burstiness, cfg.seed);
+    let bar = progress_bar(inputs.len() as u64, cfg.disable_tqdm);
     let bench_start = tokio::time::Instant::now();
     let mut tasks = Vec::with_capacity(inputs.len());
     for (input, at) in inputs.into_iter().zip(send_times) {
@@ -324,6 +394,7 @@ async fn send_all(
             tokio::time::sleep_until(bench_start + Duration::from_secs_f64(at)).await;
         }
         let (client, req_cfg, sem) = (client.clone(), req_cfg.clone(), semaphore.cloned());
+        let bar = bar.clone();
         let arrival = origin.elapsed().as_secs_f64();
         tasks.push(tokio::spawn(async move {
             let _permit = match &sem {
@@ -332,6 +403,7 @@ async fn send_all(
             };
             let mut out = request::send(&client, &req_cfg, &input, origin).await;
             out.client_queue_time = out.start_time - arrival;
+            bar.inc(1);
             out
         }));
     }
@@ -340,7 +412,25 @@ async fn send_all(
         outputs.push(t.await.context("a request task panicked")?);
     }
     let duration = bench_start.elapsed().as_secs_f64();
+    bar.finish_and_clear();
     Ok((outputs, duration))
+}
+
+/// vLLM's tqdm bar of finished requests, on stderr: drawn only when
+/// stderr is a terminal and `--disable-tqdm` is not given (a hidden bar
+/// otherwise, so a log gets no control characters).
+pub(crate) fn progress_bar(len: u64, disabled: bool) -> indicatif::ProgressBar {
+    use std::io::IsTerminal;
+    if disabled || !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(len);
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{percent:>3}%|{wide_bar}| {pos}/{len} [{elapsed_precise}<{eta_precise}, {per_sec}]",
+    ) {
+        bar.set_style(style);
+    }
+    bar
 }
 
 /// `--save-result`: the full JSON with `--save-detailed`, else the summary

@@ -10,9 +10,49 @@ use serde_json::{json, Map, Value};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
+/// The prompt length asked for: `--random-input-len` (plus the prefix)
+/// and the interval vLLM draws each request's length from.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Requested {
+    pub nominal: usize,
+    pub min: usize,
+    pub max: usize,
+}
+
+impl Requested {
+    /// The lengths as the server counts them: vLLM draws the sampled part
+    /// in `length_bounds` without the special tokens encoding adds, which
+    /// come on top.
+    pub fn new(p: &super::dataset::RandomParams, num_special: usize) -> anyhow::Result<Self> {
+        let ((lo, hi), _) = super::dataset::length_bounds(p, num_special)?;
+        Ok(Requested {
+            nominal: p.input_len + p.prefix_len,
+            min: lo + p.prefix_len + num_special,
+            max: hi + p.prefix_len + num_special,
+        })
+    }
+}
+
+/// Mean, standard deviation, min and max of the successful requests'
+/// prompt lengths (the server's usage `prompt_tokens` when it sent them).
+pub fn achieved(outputs: &[RequestOutput]) -> Option<(f64, f64, usize, usize)> {
+    let lens: Vec<usize> = outputs
+        .iter()
+        .filter(|o| o.success())
+        .map(|o| o.prompt_len)
+        .collect();
+    let (min, max) = (*lens.iter().min()?, *lens.iter().max()?);
+    let n = lens.len() as f64;
+    let mean = lens.iter().sum::<usize>() as f64 / n;
+    let var = lens.iter().map(|&l| (l as f64 - mean).powi(2)).sum::<f64>() / n;
+    Some((mean, var.sqrt(), min, max))
+}
+
 /// sluice's own observations, beside vLLM's figures.
 #[derive(Clone, Debug, Default)]
 pub struct Extras {
+    /// The prompt length asked for.
+    pub requested: Option<Requested>,
     pub overloaded: usize,
     pub disconnected: usize,
     /// The drain metrics after the run, and whether they reached 0.
@@ -156,9 +196,29 @@ pub fn summary(run: &Run) -> String {
         || cfg.disconnect_fraction > 0.0
         || e.drain.is_some()
         || e.rss_kib_before.is_some()
-        || e.rss_kib_after.is_some();
+        || e.rss_kib_after.is_some()
+        || e.requested.is_some();
     if any {
         let _ = writeln!(s, "{:-^50}", " sluice ");
+        if let Some(r) = e.requested {
+            let range = if r.min == r.max {
+                String::new()
+            } else {
+                format!(" (each in [{}, {}])", r.min, r.max)
+            };
+            line(
+                &mut s,
+                "Prompt tokens requested:",
+                format!("{}{range}", r.nominal),
+            );
+        }
+        if let Some((mean, std, min, max)) = achieved(run.outputs) {
+            line(
+                &mut s,
+                "Prompt tokens achieved (mean ± std):",
+                format!("{mean:.1} ± {std:.1} (min {min}, max {max})"),
+            );
+        }
         line(&mut s, "503 responses (among the failed):", e.overloaded);
         if cfg.disconnect_fraction > 0.0 {
             line(&mut s, "Hung up on after the first chunk:", e.disconnected);
@@ -276,6 +336,17 @@ pub fn result_json(run: &Run) -> Map<String, Value> {
         }
     }
     let e = &run.extras;
+    if let Some(r) = e.requested {
+        put("requested_input_len", json!(r.nominal));
+        put("requested_input_len_min", json!(r.min));
+        put("requested_input_len_max", json!(r.max));
+    }
+    if let Some((mean, std, min, max)) = achieved(run.outputs) {
+        put("mean_input_len", json!(mean));
+        put("std_input_len", json!(std));
+        put("min_input_len", json!(min));
+        put("max_input_len", json!(max));
+    }
     put("overloaded", json!(e.overloaded));
     put("disconnected", json!(e.disconnected));
     if let Some(([kv, running, waiting], ok)) = e.drain {

@@ -39,9 +39,19 @@ async fn tokenize(
     model: &str,
     prompt: &str,
 ) -> Result<Vec<u32>, (Option<u16>, String)> {
+    tokenize_with(client, base_url, model, prompt, false).await
+}
+
+async fn tokenize_with(
+    client: &reqwest::Client,
+    base_url: &str,
+    model: &str,
+    prompt: &str,
+    add_special_tokens: bool,
+) -> Result<Vec<u32>, (Option<u16>, String)> {
     let resp = client
         .post(format!("{base_url}/tokenize"))
-        .json(&json!({"model": model, "prompt": prompt, "add_special_tokens": false}))
+        .json(&json!({"model": model, "prompt": prompt, "add_special_tokens": add_special_tokens}))
         .send()
         .await
         .map_err(|e| (None, e.to_string()))?;
@@ -129,6 +139,126 @@ pub async fn align_prompts(
     .collect::<Vec<_>>()
     .await;
     fixed
+}
+
+/// No local tokenizer: each drafted prompt is fitted to its length in the
+/// server's tokens through `/tokenize` and `/detokenize` (see
+/// [`fit_one`]), the special tokens the server adds (a BOS) counted in
+/// the length, as `--random-input-len` counts them. A server without
+/// `/tokenize` keeps the drafts, with a warning.
+pub async fn fit_to_server(
+    client: &reqwest::Client,
+    base_url: &str,
+    model: &str,
+    requests: Vec<SampleRequest>,
+    disable_bar: bool,
+) -> Vec<SampleRequest> {
+    let with = tokenize_with(client, base_url, model, "", true).await;
+    let without = tokenize_with(client, base_url, model, "", false).await;
+    let specials = match (with, without) {
+        (Ok(a), Ok(b)) => a.len().saturating_sub(b.len()),
+        (Err((code, e)), _) | (_, Err((code, e))) => {
+            let code = code.map_or(String::new(), |c| format!("{c}: "));
+            eprintln!(
+                "WARNING: /tokenize unavailable ({code}{e}): the prompts keep the built-in \
+                 tokenizer's lengths; pass --tokenizer for exact lengths."
+            );
+            return requests;
+        }
+    };
+    eprintln!(
+        "Fitting {} prompts to the server's tokenizer through /tokenize...",
+        requests.len()
+    );
+    let bar = super::progress_bar(requests.len() as u64, disable_bar);
+    let missed = std::sync::atomic::AtomicUsize::new(0);
+    let fitted = stream::iter(requests.into_iter().map(|req| {
+        let (bar, missed) = (&bar, &missed);
+        async move {
+            let target = req.prompt_len.saturating_sub(specials).max(1);
+            let out = match fit_one(client, base_url, model, &req.prompt, target).await {
+                Some((prompt, len)) => {
+                    if len != target {
+                        missed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    SampleRequest {
+                        prompt,
+                        prompt_len: len + specials,
+                        ..req
+                    }
+                }
+                None => {
+                    missed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    req
+                }
+            };
+            bar.inc(1);
+            out
+        }
+    }))
+    .buffered(16)
+    .collect::<Vec<_>>()
+    .await;
+    bar.finish_and_clear();
+    let missed = missed.into_inner();
+    if missed > 0 {
+        eprintln!(
+            "{missed} prompts did not reach their exact length in the server's tokens (the \
+             summary shows the achieved lengths)."
+        );
+    }
+    fitted
+}
+
+/// One prompt fitted to `target` tokens of the server's tokenizer: the
+/// draft is repeated until it is long enough there, its server tokens cut
+/// to `target` and turned back into text, then that text is measured again
+/// (a cut can merge or split tokens at the seam) and the cut moved by the
+/// difference, a few times. Returns the text and its length there (the
+/// closest one found), or `None` when the server did not answer.
+async fn fit_one(
+    client: &reqwest::Client,
+    base_url: &str,
+    model: &str,
+    draft: &str,
+    target: usize,
+) -> Option<(String, usize)> {
+    let mut text = draft.to_string();
+    let mut tokens = tokenize(client, base_url, model, &text).await.ok()?;
+    for _ in 0..8 {
+        if tokens.len() >= target || text.is_empty() {
+            break;
+        }
+        text = format!("{text} {text}");
+        tokens = tokenize(client, base_url, model, &text).await.ok()?;
+    }
+    if tokens.len() <= target {
+        let n = tokens.len();
+        return Some((text, n));
+    }
+    let mut best: Option<(String, usize)> = None;
+    let mut cut = target;
+    let mut tried = Vec::new();
+    for _ in 0..6 {
+        tried.push(cut);
+        let prompt = detokenize(client, base_url, model, &tokens[..cut]).await?;
+        let n = tokenize(client, base_url, model, &prompt).await.ok()?.len();
+        let closer = best
+            .as_ref()
+            .is_none_or(|(_, b)| n.abs_diff(target) < b.abs_diff(target));
+        if closer {
+            best = Some((prompt, n));
+        }
+        if n == target {
+            break;
+        }
+        let next = (cut as i64 + target as i64 - n as i64).clamp(1, tokens.len() as i64) as usize;
+        if tried.contains(&next) {
+            break;
+        }
+        cut = next;
+    }
+    best
 }
 
 /// The sum over label sets of one metric in Prometheus text (`None` when

@@ -7,7 +7,12 @@ use super::*;
 // Which files
 
 pub(super) enum Want {
-    Safetensors { weights: bool },
+    Safetensors {
+        weights: bool,
+    },
+    /// `bench --tokenizer ORG/NAME`: tokenizer.json and the files beside it
+    /// that the tokenizer reads, nothing else.
+    Tokenizer,
     Gguf(GgufPick),
 }
 

@@ -39,10 +39,14 @@ impl Hub<'_> {
     /// `--model X`, with the revision when not the default: the start of
     /// every message.
     pub(super) fn flag(&self) -> String {
+        let flag = match self.want {
+            Want::Tokenizer => "--tokenizer",
+            _ => "--model",
+        };
         if self.revision == DEFAULT_REVISION {
-            format!("--model {}", self.model)
+            format!("{flag} {}", self.model)
         } else {
-            format!("--model {} (revision {})", self.model, self.revision)
+            format!("{flag} {} (revision {})", self.model, self.revision)
         }
     }
 
@@ -104,6 +108,20 @@ impl Hub<'_> {
         let snapshot = self.repo_dir().join("snapshots").join(&info.sha);
 
         let result = match self.want {
+            Want::Tokenizer => {
+                if !has(TOKENIZER_FILE) {
+                    bail!(
+                        "{}: the repository has no {TOKENIZER_FILE} (a Hugging Face fast \
+                         tokenizer); pass a local tokenizer directory or a .gguf file",
+                        self.flag()
+                    );
+                }
+                self.download(&api, &snapshot, TOKENIZER_FILE)?;
+                for f in TOKENIZER_OPTIONAL_FILES.iter().filter(|f| has(f)) {
+                    self.download(&api, &snapshot, f)?;
+                }
+                snapshot.clone()
+            }
             Want::Gguf(pick) => {
                 let set = pick_gguf(&names, pick).map_err(|e| anyhow!("{}: {e}", self.flag()))?;
                 for part in &set.parts {
@@ -400,6 +418,12 @@ impl Hub<'_> {
             )
         };
         match self.want {
+            Want::Tokenizer => {
+                if !snapshot.join(TOKENIZER_FILE).exists() {
+                    return Err(missing(TOKENIZER_FILE));
+                }
+                Ok(snapshot)
+            }
             Want::Gguf(pick) => {
                 let mut files = Vec::new();
                 list_files(&snapshot, "", &mut files);

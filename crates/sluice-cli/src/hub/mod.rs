@@ -11,6 +11,12 @@
 //!
 //! Promises:
 //! - a path that exists is always used as it is, whatever it looks like;
+//! - an argument that looks like a path (ends in `.gguf`, starts with
+//!   `./`, `../`, `/` or `~`, or its first component exists here) is never
+//!   sent to the hub: when it does not exist the error is "no such file or
+//!   directory: PATH" (exit status 2), with the `.gguf` files beside it;
+//! - a refused argument (not a path nor a hub id, a bad revision or
+//!   `--gguf-file`) exits 2, a failed download 1;
 //! - the directory returned is a snapshot holding everything the loader and
 //!   the tokenizer read, so it loads exactly like a local directory;
 //! - a file already in the cache snapshot of the repository's current commit
@@ -20,6 +26,7 @@
 //!   network down, not cached offline) is one line naming `--model` and the
 //!   repository or file, never a panic.
 
+use crate::exit::bad_config;
 use anyhow::{anyhow, bail, Context, Result};
 use hf_hub::api::sync::{ApiBuilder, ApiError, ApiRepo};
 use hf_hub::api::{Progress, RepoInfo};
@@ -38,6 +45,7 @@ use choose::*;
 use env::*;
 use fetch::*;
 use id::*;
+pub(crate) use id::{expand_home, looks_like_path, missing_path};
 
 /// The default hub, used when `HF_ENDPOINT` is not set.
 const DEFAULT_ENDPOINT: &str = "https://huggingface.co";
@@ -54,6 +62,15 @@ const OPTIONAL_FILES: &[&str] = &[
 ];
 /// Files a safetensors model cannot run without.
 const REQUIRED_FILES: &[&str] = &["config.json", "tokenizer.json"];
+/// The tokenizer of `bench --tokenizer ORG/NAME`, and what it reads
+/// beside it when the repository has it.
+const TOKENIZER_FILE: &str = "tokenizer.json";
+const TOKENIZER_OPTIONAL_FILES: &[&str] = &[
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "chat_template.json",
+];
 const INDEX_FILE: &str = "model.safetensors.index.json";
 const SINGLE_FILE: &str = "model.safetensors";
 
@@ -87,27 +104,38 @@ pub fn resolve_model(
                 Some(name) if path.is_dir() => {
                     let file = path.join(name);
                     if !file.is_file() {
-                        bail!("--gguf-file {name}: no such file in --model {model}");
+                        return Err(bad_config(format!(
+                            "--gguf-file {name}: {}",
+                            missing_path(&file)
+                        )));
                     }
                     file
                 }
-                Some(name) => bail!("--gguf-file {name}: --model {model} is not a directory"),
+                Some(name) => {
+                    return Err(bad_config(format!(
+                        "--gguf-file {name}: --model {model} is not a directory"
+                    )))
+                }
                 None => path,
             };
             Ok(ResolvedModel { path, hub_id: None })
         }
         ModelRef::Hub(id) => {
             let revision = revision.unwrap_or(DEFAULT_REVISION);
-            check_revision(revision)?;
+            check_revision(revision).map_err(crate::exit::config_error)?;
             let want = match (&id.quant, gguf_file) {
-                (Some(_), Some(_)) => bail!(
-                    "--model {model}: give the GGUF file either as ORG/NAME:QUANT or with \
-                     --gguf-file, not both"
-                ),
+                (Some(_), Some(_)) => {
+                    return Err(bad_config(format!(
+                        "--model {model}: give the GGUF file either as ORG/NAME:QUANT or with \
+                         --gguf-file, not both"
+                    )))
+                }
                 (Some(tag), None) => Want::Gguf(GgufPick::Quant(tag.clone())),
                 (None, Some(name)) => {
                     if !name.to_ascii_lowercase().ends_with(".gguf") {
-                        bail!("--gguf-file {name}: not a .gguf file name");
+                        return Err(bad_config(format!(
+                            "--gguf-file {name}: not a .gguf file name"
+                        )));
                     }
                     Want::Gguf(GgufPick::File(name.to_string()))
                 }
@@ -134,4 +162,32 @@ pub fn resolve_model(
             })
         }
     }
+}
+
+/// `bench --tokenizer ORG/NAME`, as vLLM takes a hub id there: the
+/// repository's tokenizer files only (no config, no weights), downloaded
+/// into the Hugging Face cache or, offline, found there; returns the
+/// snapshot directory. `None` when `spec` is not a hub id.
+pub fn resolve_tokenizer(spec: &str, revision: Option<&str>) -> Option<Result<PathBuf>> {
+    let id = parse_hub_id(spec).filter(|id| id.quant.is_none())?;
+    Some((|| {
+        let revision = revision.unwrap_or(DEFAULT_REVISION);
+        check_revision(revision).map_err(crate::exit::config_error)?;
+        let env = HubEnv::from_env().map_err(|e| anyhow!("--tokenizer {spec}: {e}"))?;
+        let hub = Hub {
+            env: &env,
+            id: &id,
+            model: spec,
+            revision,
+            want: &Want::Tokenizer,
+        };
+        let path = if env.offline {
+            hub.cached()
+                .map_err(|e| anyhow!("--tokenizer {spec}: offline (HF_HUB_OFFLINE is set): {e}"))?
+        } else {
+            hub.fetch()?
+        };
+        eprintln!("sluice: --tokenizer {spec}: {}", path.display());
+        Ok(path)
+    })())
 }

@@ -65,11 +65,40 @@ fn an_existing_path_wins_over_a_hub_id() {
     let e = parse_model("./no/such/dir", |_| false)
         .unwrap_err()
         .to_string();
-    assert!(e.starts_with("--model ./no/such/dir: no such file"), "{e}");
+    assert!(
+        e.starts_with("--model: no such file or directory: ./no/such/dir"),
+        "{e}"
+    );
     assert!(parse_model("", |_| true)
         .unwrap_err()
         .to_string()
         .contains("--model"));
+}
+
+#[test]
+fn what_looks_like_a_path_never_goes_to_the_hub() {
+    // Each would parse as ORG/NAME, or fails as one, but reads as a path.
+    for model in [
+        "models/SmolLM2.gguf",
+        "org/Name.GGUF",
+        "./org/name",
+        "../org/name",
+        "/org/name",
+        "~/org/name",
+    ] {
+        assert!(looks_like_path(model, |_| false), "{model}");
+        let e = parse_model(model, |_| false).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("no such file or directory"),
+            "{model}: {e:#}"
+        );
+        assert_eq!(crate::exit::exit_code(&e), std::process::ExitCode::from(2));
+    }
+    // The first component exists here: a path, not a hub id.
+    assert!(looks_like_path("models/name", |p| p == Path::new("models")));
+    assert!(!looks_like_path("models/name", |_| false));
+    assert!(!looks_like_path("Qwen/Qwen2.5-0.5B-Instruct", |_| false));
+    assert!(!looks_like_path("bartowski/x-GGUF:Q4_K_M", |_| false));
 }
 
 #[test]

@@ -13,6 +13,7 @@
 use super::pyjson::{self, Elem, J};
 use super::{make_tool_call_id, Snapshot, StreamDelta, Streamer, ToolCall};
 use crate::error::ApiError;
+use crate::json::type_error;
 use serde_json::{json, Map, Value};
 
 /// `tool_choice`, resolved.
@@ -79,40 +80,41 @@ fn py_repr(v: &Value) -> String {
 fn parse_tool(i: usize, v: &Value) -> Result<Tool, ApiError> {
     let at = |f: &str| format!("tools[{i}]{f}");
     let err = |f: &str, why: &str| ApiError::invalid(at(f), format!("{}: {why}", at(f)));
-    let obj = v.as_object().ok_or_else(|| err("", "must be an object"))?;
+    let wrong = |f: &str, expected: &str, got: &Value| type_error(&at(f), expected, got);
+    let obj = v.as_object().ok_or_else(|| wrong("", "an object", v))?;
     match obj.get("type") {
         None | Some(Value::Null) => {}
         Some(Value::String(t)) if t == "function" => {}
-        Some(_) => return Err(err(".type", "must be \"function\"")),
+        Some(t) => return Err(wrong(".type", "the string \"function\"", t)),
     }
     let f = match obj.get("function") {
         Some(Value::Object(f)) => f,
-        Some(_) => return Err(err(".function", "must be an object")),
+        Some(g) => return Err(wrong(".function", "an object", g)),
         None => return Err(err(".function", "field required")),
     };
     let name = match f.get("name") {
         Some(Value::String(n)) => n.clone(),
-        Some(_) => return Err(err(".function.name", "must be a string")),
+        Some(n) => return Err(wrong(".function.name", "a string", n)),
         None => return Err(err(".function.name", "field required")),
     };
     let opt_str = |k: &str| -> Result<Option<String>, ApiError> {
         match f.get(k) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(s)) => Ok(Some(s.clone())),
-            Some(_) => Err(err(&format!(".function.{k}"), "must be a string")),
+            Some(v) => Err(wrong(&format!(".function.{k}"), "a string", v)),
         }
     };
     let opt_bool = |k: &str| -> Result<Option<bool>, ApiError> {
         match f.get(k) {
             None | Some(Value::Null) => Ok(None),
             Some(Value::Bool(b)) => Ok(Some(*b)),
-            Some(_) => Err(err(&format!(".function.{k}"), "must be a boolean")),
+            Some(v) => Err(wrong(&format!(".function.{k}"), "a boolean", v)),
         }
     };
     let parameters = match f.get("parameters") {
         None | Some(Value::Null) => None,
         Some(p @ Value::Object(_)) => Some(p.clone()),
-        Some(_) => return Err(err(".function.parameters", "must be an object")),
+        Some(p) => return Err(wrong(".function.parameters", "an object", p)),
     };
     Ok(Tool {
         name,
@@ -163,7 +165,11 @@ impl ToolConfig {
                             "When using `tool_choice`, `tools` must be set.",
                         ));
                     }
-                    return Err(ApiError::invalid("tools", "tools: must be a list of tools"));
+                    return Err(type_error(
+                        "tools",
+                        "an array of tools",
+                        tools_v.unwrap_or(&Value::Null),
+                    ));
                 };
                 match tc {
                     Value::String(s) if s == "auto" => ToolChoice::Auto,
@@ -229,17 +235,12 @@ impl ToolConfig {
                     .map(|(i, t)| parse_tool(i, t))
                     .collect::<Result<Vec<_>, _>>()?,
             ),
-            Some(_) => return Err(ApiError::invalid("tools", "tools: must be a list of tools")),
+            Some(v) => return Err(type_error("tools", "an array of tools", v)),
         };
         let parallel_tool_calls = match body.get("parallel_tool_calls") {
             None | Some(Value::Null) => true,
             Some(Value::Bool(b)) => *b,
-            Some(_) => {
-                return Err(ApiError::invalid(
-                    "parallel_tool_calls",
-                    "parallel_tool_calls: must be a boolean",
-                ))
-            }
+            Some(v) => return Err(type_error("parallel_tool_calls", "a boolean", v)),
         };
         Ok(ToolConfig {
             tools,

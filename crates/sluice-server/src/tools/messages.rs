@@ -18,9 +18,10 @@ pub fn prepare(messages: &[Value]) -> Result<Vec<Value>, ApiError> {
         .enumerate()
         .map(|(i, m)| {
             let Value::Object(m) = m else {
-                return Err(ApiError::invalid(
-                    format!("messages[{i}]"),
-                    format!("messages[{i}]: must be an object"),
+                return Err(crate::json::type_error(
+                    &format!("messages[{i}]"),
+                    "an object",
+                    m,
                 ));
             };
             let mut m = m.clone();

@@ -3,7 +3,7 @@
 //! grammar-mask stats over HTTP). A benchmark, not a test:
 //!
 //! ```text
-//! cargo run --release -p sluice-cli --example structured_bench [-- MODEL.gguf [THREADS]]
+//! cargo run --release -p sluice-cli --example structured_engine_bench [-- MODEL.gguf [THREADS]]
 //! ```
 //!
 //! (the model defaults to `$SLUICE_SMOLLM2_GGUF`, else
