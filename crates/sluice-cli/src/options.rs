@@ -557,24 +557,8 @@ fn prepare(
     };
     let config =
         EngineConfig::new(scheduler).with_model_eos(&tokenizer, &generation_config.eos_token_ids);
-    let info = crate::startup::ModelInfo {
-        source: label(),
-        architecture: model_config
-            .architecture
-            .def()
-            .hf_architectures()
-            .first()
-            .copied()
-            .unwrap_or("unknown"),
-        num_layers: model_config.num_hidden_layers,
-        weights: loaded
-            .as_ref()
-            .map(|l| l.model.weight_formats())
-            .unwrap_or_default(),
-        kv_bytes_per_block: loaded.as_ref().map(|_| {
-            sluice_model::kv_cache::KvCacheConfig::bytes_per_block(&model_config, sched.block_size)
-        }),
-    };
+    let info =
+        crate::startup::ModelInfo::of(label(), &model_config, loaded.as_ref(), sched.block_size);
     Ok(PreparedEngine {
         config,
         executor,

@@ -9,7 +9,10 @@
 //! dispatch), so the summary says what runs, not what was asked for.
 
 use serde_json::Value;
+use sluice_model::config::ModelConfig;
 use sluice_model::kernels::{self, KernelFamily, QuantFormat};
+use sluice_model::kv_cache::KvCacheConfig;
+use sluice_model::LoadedModel;
 use sluice_server::logging;
 
 /// What `prepare` learnt about the model while loading it.
@@ -25,6 +28,32 @@ pub struct ModelInfo {
     pub weights: Vec<(QuantFormat, usize, usize)>,
     /// Bytes of one KV block; `None` when no cache is held (simulated).
     pub kv_bytes_per_block: Option<usize>,
+}
+
+impl ModelInfo {
+    /// The info of a model of `config` from `source`, its weights
+    /// `loaded` (`None`: simulated), its KV cache in blocks of
+    /// `block_size` tokens.
+    pub fn of(
+        source: String,
+        config: &ModelConfig,
+        loaded: Option<&LoadedModel>,
+        block_size: usize,
+    ) -> Self {
+        ModelInfo {
+            source,
+            architecture: config
+                .architecture
+                .def()
+                .hf_architectures()
+                .first()
+                .copied()
+                .unwrap_or("unknown"),
+            num_layers: config.num_hidden_layers,
+            weights: loaded.map(|l| l.model.weight_formats()).unwrap_or_default(),
+            kv_bytes_per_block: loaded.map(|_| KvCacheConfig::bytes_per_block(config, block_size)),
+        }
+    }
 }
 
 /// The figures of the KV cache line.

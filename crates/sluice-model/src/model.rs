@@ -202,7 +202,7 @@ impl Model {
                 None => out.push((f, 1, bytes)),
             }
         }
-        out.sort_by(|a, b| b.2.cmp(&a.2));
+        out.sort_by_key(|w| std::cmp::Reverse(w.2));
         out
     }
 
