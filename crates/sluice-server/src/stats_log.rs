@@ -23,6 +23,9 @@
 //!   last rate, as vLLM's window keeps its value while no request comes;
 //! - `Preempted: N reqs` (sluice's addition) counts the preemptions of the
 //!   interval;
+//! - after it, vLLM's `SpecDecoding metrics: Mean acceptance length: ...`
+//!   line (`Per-position acceptance rate` over the interval's
+//!   verifications), only when drafts were verified in the interval;
 //! - at shutdown a last line covers the time since the previous one, when
 //!   it had tokens, so the lines add up to the whole run.
 
@@ -32,13 +35,17 @@ use sluice_engine::{Engine, EngineStats};
 use std::time::{Duration, Instant};
 
 /// The cumulative counters the line takes differences of.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 struct Counters {
     prompt_tokens: u64,
     generation_tokens: u64,
     prefix_cache_queries: u64,
     prefix_cache_hits: u64,
     num_preemptions: u64,
+    spec_drafts: u64,
+    spec_draft_tokens: u64,
+    spec_accepted_tokens: u64,
+    spec_accepted_per_pos: Vec<u64>,
 }
 
 impl Counters {
@@ -49,6 +56,10 @@ impl Counters {
             prefix_cache_queries: s.prefix_cache_queries,
             prefix_cache_hits: s.prefix_cache_hits,
             num_preemptions: s.num_preemptions,
+            spec_drafts: s.spec_decode_num_drafts,
+            spec_draft_tokens: s.spec_decode_num_draft_tokens,
+            spec_accepted_tokens: s.spec_decode_num_accepted_tokens,
+            spec_accepted_per_pos: s.spec_decode_accepted_per_pos.clone(),
         }
     }
 
@@ -65,6 +76,21 @@ impl Counters {
                 .prefix_cache_hits
                 .saturating_sub(before.prefix_cache_hits),
             num_preemptions: self.num_preemptions.saturating_sub(before.num_preemptions),
+            spec_drafts: self.spec_drafts.saturating_sub(before.spec_drafts),
+            spec_draft_tokens: self
+                .spec_draft_tokens
+                .saturating_sub(before.spec_draft_tokens),
+            spec_accepted_tokens: self
+                .spec_accepted_tokens
+                .saturating_sub(before.spec_accepted_tokens),
+            spec_accepted_per_pos: self
+                .spec_accepted_per_pos
+                .iter()
+                .enumerate()
+                .map(|(i, n)| {
+                    n.saturating_sub(before.spec_accepted_per_pos.get(i).copied().unwrap_or(0))
+                })
+                .collect(),
         }
     }
 }
@@ -80,11 +106,68 @@ pub struct StatsLogger {
     hit_rate: f64,
 }
 
-/// One interval's line: its level, text and fields.
+/// One interval's line: its level, text and fields; and the spec-decode
+/// line when drafts were verified in the interval.
 struct Line {
     level: Level,
     msg: String,
     fields: Vec<(&'static str, Value)>,
+    spec: Option<(String, Vec<(&'static str, Value)>)>,
+}
+
+impl Line {
+    fn write(&self, level: Level) {
+        logging::log(level, &self.msg, &self.fields);
+        if let Some((msg, fields)) = &self.spec {
+            logging::log(level, msg, fields);
+        }
+    }
+}
+
+/// vLLM's `SpecDecodingLogging` line of an interval of `secs` with these
+/// differences, when drafts were verified in it.
+fn spec_line(d: &Counters, secs: f64) -> Option<(String, Vec<(&'static str, Value)>)> {
+    if d.spec_drafts == 0 {
+        return None;
+    }
+    let drafts = d.spec_drafts as f64;
+    let mean_len = 1.0 + d.spec_accepted_tokens as f64 / drafts;
+    let accepted_tp = d.spec_accepted_tokens as f64 / secs;
+    let drafted_tp = d.spec_draft_tokens as f64 / secs;
+    let rates: Vec<f64> = d
+        .spec_accepted_per_pos
+        .iter()
+        .map(|&n| n as f64 / drafts)
+        .collect();
+    let rates_text: Vec<String> = rates.iter().map(|r| format!("{r:.3}")).collect();
+    let avg_rate = if d.spec_draft_tokens == 0 {
+        0.0
+    } else {
+        100.0 * d.spec_accepted_tokens as f64 / d.spec_draft_tokens as f64
+    };
+    let msg = format!(
+        "SpecDecoding metrics: Mean acceptance length: {mean_len:.2}, Accepted throughput: \
+         {accepted_tp:.2} tokens/s, Drafted throughput: {drafted_tp:.2} tokens/s, Accepted: {} \
+         tokens, Drafted: {} tokens, Per-position acceptance rate: {}, Avg Draft acceptance \
+         rate: {avg_rate:.1}%",
+        d.spec_accepted_tokens,
+        d.spec_draft_tokens,
+        rates_text.join(", ")
+    );
+    let fields = vec![
+        ("event", "spec_decode".into()),
+        ("engine", 0.into()),
+        ("interval_s", secs.into()),
+        ("num_drafts", d.spec_drafts.into()),
+        ("accepted_tokens", d.spec_accepted_tokens.into()),
+        ("drafted_tokens", d.spec_draft_tokens.into()),
+        ("mean_acceptance_length", mean_len.into()),
+        ("accepted_throughput", accepted_tp.into()),
+        ("drafted_throughput", drafted_tp.into()),
+        ("per_position_acceptance_rate", rates.into()),
+        ("draft_acceptance_rate_pct", avg_rate.into()),
+    ];
+    Some((msg, fields))
 }
 
 impl StatsLogger {
@@ -101,7 +184,7 @@ impl StatsLogger {
     /// Writes the line of the interval that ends with `stats` at `now`.
     pub fn tick(&mut self, stats: &EngineStats, now: Instant) {
         let line = self.line(stats, now);
-        logging::log(line.level, &line.msg, &line.fields);
+        line.write(line.level);
     }
 
     /// The last line, at shutdown: written only when the interval had
@@ -110,7 +193,7 @@ impl StatsLogger {
         let line = self.line(stats, now);
         // `line` left `last_busy` saying whether this interval had tokens.
         if self.last_busy {
-            logging::log(Level::Info, &line.msg, &line.fields);
+            line.write(Level::Info);
         }
     }
 
@@ -126,6 +209,7 @@ impl StatsLogger {
         } else {
             Level::Debug
         };
+        let spec = spec_line(&d, secs);
         if d.prefix_cache_queries > 0 {
             self.hit_rate = 100.0 * d.prefix_cache_hits as f64 / d.prefix_cache_queries as f64;
         }
@@ -153,7 +237,12 @@ impl StatsLogger {
             ("prefix_cache_hit_rate_pct", self.hit_rate.into()),
             ("preempted", d.num_preemptions.into()),
         ];
-        Line { level, msg, fields }
+        Line {
+            level,
+            msg,
+            fields,
+            spec,
+        }
     }
 }
 
@@ -216,5 +305,31 @@ mod tests {
         );
         let idle = l.line(&stats(30, 50, 20, 10), t0 + Duration::from_secs(6));
         assert_eq!(idle.level, Level::Debug);
+        assert!(idle.spec.is_none());
+    }
+
+    #[test]
+    fn the_spec_decode_line_covers_the_intervals_drafts() {
+        let t0 = Instant::now();
+        let mut before = stats(0, 0, 0, 0);
+        before.spec_decode_num_drafts = 10;
+        before.spec_decode_num_draft_tokens = 30;
+        before.spec_decode_num_accepted_tokens = 20;
+        before.spec_decode_accepted_per_pos = vec![9, 7, 4];
+        let mut l = StatsLogger::new(&before, t0);
+        let mut after = stats(0, 40, 0, 0);
+        after.spec_decode_num_drafts = 20;
+        after.spec_decode_num_draft_tokens = 60;
+        after.spec_decode_num_accepted_tokens = 35;
+        after.spec_decode_accepted_per_pos = vec![17, 12, 6];
+        let line = l.line(&after, t0 + Duration::from_secs(2));
+        let (msg, _) = line.spec.expect("a spec decode line");
+        assert_eq!(
+            msg,
+            "SpecDecoding metrics: Mean acceptance length: 2.50, Accepted throughput: 7.50 \
+             tokens/s, Drafted throughput: 15.00 tokens/s, Accepted: 15 tokens, Drafted: 30 \
+             tokens, Per-position acceptance rate: 0.800, 0.500, 0.200, Avg Draft acceptance \
+             rate: 50.0%"
+        );
     }
 }
