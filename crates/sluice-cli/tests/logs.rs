@@ -52,7 +52,7 @@ fn generate(url: &str, path: &str, body: Value) -> Answer {
             .filter_map(|l| l.strip_prefix("data: "))
             .filter(|d| *d != "[DONE]")
             .map(|d| serde_json::from_str::<Value>(d).expect("a JSON chunk"))
-            .last()
+            .next_back()
             .expect("chunks")
     } else {
         serde_json::from_str(&text).expect("JSON")
