@@ -198,8 +198,9 @@ pub struct ServeArgs {
     log_format: LogFormat,
     /// Seconds between stats lines (throughput, running and waiting
     /// requests, KV cache usage, prefix cache hit rate, preemptions;
-    /// fractions allowed). A line is written only when the interval or the
-    /// one before had tokens. vLLM reads the same variable.
+    /// fractions allowed). A line is written at info only when its
+    /// interval or the one before had tokens, else at debug. The variable
+    /// is vLLM's.
     #[arg(
         long,
         value_name = "SECS",
