@@ -13,6 +13,7 @@ mod options;
 mod replay;
 mod serve;
 mod simulate;
+mod startup;
 
 #[derive(Parser)]
 #[command(

@@ -17,6 +17,7 @@ use sluice_model::kernels::QuantFormat;
 use sluice_model::model::GgufInfo;
 use sluice_model::runner::{BackendRegistry, BackendRequest};
 use sluice_model::{DType, KvCacheSize, LoadFormat, ModelSpec};
+use sluice_server::logging;
 use sluice_sim::{SimulatedExecutor, StepTimeModel};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -175,6 +176,8 @@ pub struct PreparedEngine {
     pub tokenizer: Arc<Tokenizer>,
     /// A name for the model (its directory's name, or the built-in's).
     pub model_name: String,
+    /// What the startup summary says of the model.
+    pub info: crate::startup::ModelInfo,
 }
 
 impl PreparedEngine {
@@ -587,11 +590,14 @@ fn prepare(
     };
     let config =
         EngineConfig::new(scheduler).with_model_eos(&tokenizer, &generation_config.eos_token_ids);
+    let info =
+        crate::startup::ModelInfo::of(label(), &model_config, loaded.as_ref(), sched.block_size);
     Ok(PreparedEngine {
         config,
         executor,
         tokenizer: Arc::new(tokenizer),
         model_name,
+        info,
     })
 }
 
@@ -620,11 +626,11 @@ fn simulated_executor(
             .0
         }
     };
-    eprintln!(
-        "sluice: simulated executor: no weights loaded; steps take the time --profile {} \
-         predicts (tensor parallel {tp}), {blocks} KV blocks",
+    logging::info(&format!(
+        "simulated executor: no weights loaded; steps take the time --profile {} predicts \
+         (tensor parallel {tp}), {blocks} KV blocks",
         sim.profile
-    );
+    ));
     Ok(
         SimulatedExecutor::new(step_model, blocks, sched.block_size, vocab, seed)
             .with_excluded_tokens(eos_ids),
@@ -636,15 +642,15 @@ fn simulated_executor(
 fn builtin_name(model: &ModelArgs, sim: Option<&Simulation>) -> Option<String> {
     match (&model.model, &model.builtin) {
         (None, None) => {
-            eprintln!(
-                "sluice: no --model given: running the built-in {DEFAULT_BUILTIN:?} model \
-                 ({}, byte-level tokenizer)",
+            logging::info(&format!(
+                "no --model given: running the built-in {DEFAULT_BUILTIN:?} model ({}, \
+                 byte-level tokenizer)",
                 if sim.is_some() {
                     "simulated"
                 } else {
                     "dummy weights"
                 }
-            );
+            ));
             Some(DEFAULT_BUILTIN.to_string())
         }
         (None, Some(name)) => Some(name.clone()),
@@ -662,16 +668,16 @@ fn open_tokenizer(
     Ok(match (resolved, gguf) {
         (Some(r), Some(gguf)) => {
             for line in &gguf.sampling_defaults {
-                eprintln!(
-                    "sluice: the GGUF file recommends {line} (not applied: requests set their \
-                     own sampling)"
-                );
+                logging::info(&format!(
+                    "the GGUF file recommends {line} (not applied: requests set their own \
+                     sampling)"
+                ));
             }
             let tok = Tokenizer::from_gguf_vocab(&gguf.vocab)
                 .with_context(|| model_label(r))
                 .map_err(config_error)?;
             for w in tok.warnings() {
-                eprintln!("sluice: tokenizer: {w}");
+                logging::info(&format!("tokenizer: {w}"));
             }
             tok
         }

@@ -10,12 +10,14 @@ use crate::exit::{bad_config, config_error, exit_code};
 use crate::options::{
     parse_size, prepare_engine, prepare_simulated_engine, ModelArgs, SchedulerArgs, Simulation,
 };
+use crate::startup;
 use anyhow::{Context, Result};
 use clap::Args;
 use sluice_engine::{RequestLimits, StartOptions, StepLog};
 use sluice_kv_events::{KvEventBatch, KvEventsConfig, PublisherError, ZmqEventPublisher};
 use sluice_server::access::Cors;
 use sluice_server::conn::Timeouts;
+use sluice_server::logging::{self, Level};
 use sluice_server::{serve, shutdown_signal, ServerConfig, TlsFiles};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -183,6 +185,75 @@ pub struct ServeArgs {
     /// sets.
     #[arg(long, value_name = "NAME", default_value = sluice_server::client::DEFAULT_CLIENT_ID_HEADER)]
     client_id_header: String,
+
+    /// Least important log records written: error, warn, info or debug
+    /// [default: the level RUST_LOG gives sluice (`debug`, `sluice=debug`),
+    /// else info].
+    #[arg(long, value_name = "LEVEL")]
+    log_level: Option<LogLevel>,
+    /// How log records are written on stderr: text (`sluice: ...` lines)
+    /// or json (one object per line: ts, level, msg and the record's
+    /// fields, for log shippers).
+    #[arg(long, value_name = "FORMAT", default_value = "text")]
+    log_format: LogFormat,
+    /// Seconds between stats lines (throughput, running and waiting
+    /// requests, KV cache usage, prefix cache hit rate, preemptions;
+    /// fractions allowed). A line is written at info only when its
+    /// interval or the one before had tokens, else at debug. The variable
+    /// is vLLM's.
+    #[arg(
+        long,
+        value_name = "SECS",
+        env = "VLLM_LOG_STATS_INTERVAL",
+        default_value_t = 10.0,
+        value_parser = parse_secs
+    )]
+    log_stats_interval: f64,
+    /// Write no stats lines.
+    #[arg(long)]
+    disable_log_stats: bool,
+    /// Write no access lines (one per HTTP request once its response is
+    /// done: status, duration and, for generation, id, client key, tokens,
+    /// time to first token, finish reason). --disable-uvicorn-access-log is
+    /// vLLM's name for its access log's switch.
+    #[arg(long, visible_alias = "disable-uvicorn-access-log")]
+    disable_log_requests: bool,
+}
+
+/// `--log-level`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum LogLevel {
+    Error,
+    Warn,
+    Info,
+    Debug,
+}
+
+/// `--log-format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Sets up the process's log from `--log-level` (else `RUST_LOG`) and
+/// `--log-format`, before anything is written.
+fn init_logging(args: &ServeArgs) {
+    let level = match args.log_level {
+        Some(LogLevel::Error) => Level::Error,
+        Some(LogLevel::Warn) => Level::Warn,
+        Some(LogLevel::Info) => Level::Info,
+        Some(LogLevel::Debug) => Level::Debug,
+        None => std::env::var("RUST_LOG")
+            .ok()
+            .and_then(|v| Level::from_rust_log(&v))
+            .unwrap_or(Level::Info),
+    };
+    let format = match args.log_format {
+        LogFormat::Text => logging::Format::Text,
+        LogFormat::Json => logging::Format::Json,
+    };
+    logging::init(level, format);
 }
 
 /// A JSON list of strings (`'["a", "b"]'`, as vLLM takes these flags) or a
@@ -216,14 +287,14 @@ fn kv_event_sink(config: &KvEventsConfig) -> Result<Box<dyn sluice_engine::KvEve
         PublisherError::Config(_) => bad_config(format!("--kv-events-config: {e}")),
         _ => anyhow::anyhow!("--kv-events-config: cannot start the KV events publisher: {e}"),
     })?;
-    eprintln!(
-        "sluice: publishing KV cache events on {}{}",
+    logging::info(&format!(
+        "publishing KV cache events on {}{}",
         publisher.endpoint(),
         publisher
             .replay_endpoint()
             .map(|r| format!(" (replay on {r})"))
             .unwrap_or_default()
-    );
+    ));
     Ok(Box::new(move |ts, events| {
         // Never blocks: a full queue drops the batch and counts it.
         publisher.publish(KvEventBatch {
@@ -235,10 +306,11 @@ fn kv_event_sink(config: &KvEventsConfig) -> Result<Box<dyn sluice_engine::KvEve
 }
 
 pub fn run(args: ServeArgs) -> ExitCode {
+    init_logging(&args);
     match serve_blocking(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("sluice serve: {e:#}");
+            logging::log_as("sluice serve", Level::Error, &format!("{e:#}"), &[]);
             exit_code(&e)
         }
     }
@@ -293,6 +365,8 @@ fn server_config(
     config.client_id_header =
         sluice_server::client::header_name(&args.client_id_header).map_err(config_error)?;
     config.log_requests = args.enable_log_requests;
+    config.access_log = !args.disable_log_requests;
+    config.log_stats_interval = (!args.disable_log_stats).then(|| secs(args.log_stats_interval));
     config.shutdown_grace = Duration::from_secs(args.shutdown_grace_secs);
     config.dev_endpoints = args.enable_dev_endpoints;
     config.timeouts = Timeouts {
@@ -340,10 +414,10 @@ fn serve_blocking(args: ServeArgs) -> Result<()> {
     let step_log = match &args.step_log {
         Some(path) => {
             let log = StepLog::create(path).map_err(|e| bad_config(format!("--step-log: {e}")))?;
-            eprintln!(
-                "sluice: writing one line per engine step to {}",
+            logging::info(&format!(
+                "writing one line per engine step to {}",
                 path.display()
-            );
+            ));
             Some(log)
         }
         None => None,
@@ -399,10 +473,23 @@ fn serve_blocking(args: ServeArgs) -> Result<()> {
         Some(kv) => Some(kv_event_sink(&kv)?),
         None => None,
     };
+    let info = prepared.info.clone();
     let engine = prepared.start_with_options(StartOptions {
         kv_event_sink: sink,
         step_log,
     })?;
+    let sched = &engine.config().scheduler;
+    startup::log_summary(
+        &model_name,
+        &info,
+        &startup::KvFigures {
+            num_blocks: sched.num_gpu_blocks,
+            block_size: sched.block_size,
+            max_model_len: sched.max_model_len,
+            max_num_seqs: sched.max_num_seqs,
+            max_num_batched_tokens: sched.max_num_batched_tokens,
+        },
+    );
     // The HTTP side only parses, validates and forwards: two worker threads
     // are plenty, and the model's kernel threads keep the cores.
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -420,29 +507,36 @@ fn serve_blocking(args: ServeArgs) -> Result<()> {
             .with_context(|| format!("--host/--port: cannot listen on {addr}"))?;
         let local = listener.local_addr().unwrap_or(addr);
         if api_keys(&args).is_empty() && !local.ip().is_loopback() {
-            eprintln!(
-                "sluice: warning: listening on {} without an API key: anyone who can reach this \
-                 address can use the model (set --api-key or VLLM_API_KEY, or --host 127.0.0.1)",
+            logging::warn(&format!(
+                "listening on {} without an API key: anyone who can reach this address can use \
+                 the model (set --api-key or VLLM_API_KEY, or --host 127.0.0.1)",
                 local.ip()
-            );
+            ));
         }
         let scheme = if tls.is_some() { "https" } else { "http" };
-        eprintln!(
-            "sluice: serving {model_name:?} on {scheme}://{local} (max_model_len {max_model_len}, \
-             pid {})",
-            std::process::id()
+        logging::log(
+            Level::Info,
+            &format!(
+                "serving {model_name:?} on {scheme}://{local} (max_model_len {max_model_len}, \
+                 pid {})",
+                std::process::id()
+            ),
+            &[
+                ("event", "listening".into()),
+                ("address", format!("{scheme}://{local}").into()),
+                ("pid", std::process::id().into()),
+            ],
         );
         let config = server_config(&args, local, model_name, max_model_len, cors, tls)?;
         let grace = args.shutdown_grace_secs;
         let result = serve(engine, config, listener, async move {
             stop.await;
-            eprintln!(
-                "sluice: shutting down (requests in flight get {grace} s, then every connection \
-                 closes)"
-            );
+            logging::info(&format!(
+                "shutting down (requests in flight get {grace} s, then every connection closes)"
+            ));
         })
         .await;
-        eprintln!("sluice: stopped");
+        logging::info("stopped");
         result
     })
 }

@@ -127,3 +127,58 @@ fn a_structured_output_request_gets_no_drafts() {
     let (spec, spec_reason, _) = run(model().with_drafter(oracle("nox", 2)), req());
     assert_eq!((spec, spec_reason), (plain, reason));
 }
+
+/// Runs one request to its end on `exec`; returns the engine's stats.
+fn stats_after(exec: ScriptedExecutor, max_tokens: usize) -> sluice_engine::EngineStats {
+    let (mut core, engine) = core_with(exec);
+    let mut stream: RequestStream = engine.generate(request("Q: ", params(max_tokens))).unwrap();
+    for _ in 0..10_000 {
+        while let Some(out) = stream.try_next() {
+            if out.finished.is_some() {
+                return engine.stats();
+            }
+        }
+        core.step();
+    }
+    panic!("the request did not finish");
+}
+
+#[test]
+fn the_stats_count_drafts_verified_and_accepted() {
+    let none = stats_after(scripted(), 200);
+    assert_eq!(none.spec_decode_num_drafts, 0);
+    assert!(none.spec_decode_accepted_per_pos.is_empty());
+
+    // Always wrong: every draft verified, none accepted.
+    let wrong = stats_after(scripted().with_drafter(wrong(4)), 200);
+    assert!(wrong.spec_decode_num_drafts > 0);
+    assert_eq!(
+        wrong.spec_decode_num_draft_tokens,
+        4 * wrong.spec_decode_num_drafts
+    );
+    assert_eq!(wrong.spec_decode_num_accepted_tokens, 0);
+    assert_eq!(wrong.spec_decode_accepted_per_pos, vec![0; 4]);
+
+    // Always right: each verification takes its drafts (the oracle runs
+    // out at the text's end, so the last ones may be shorter) and yields
+    // one more token, so accepted + verifications = the tokens generated
+    // in verifying steps, at most all of them.
+    let right = stats_after(scripted().with_drafter(oracle(TEXT, 3)), 200);
+    let n = right.spec_decode_num_drafts;
+    assert!(n > 0);
+    assert_eq!(
+        right.spec_decode_num_accepted_tokens,
+        right.spec_decode_num_draft_tokens
+    );
+    assert!(right.spec_decode_num_accepted_tokens + n <= right.generation_tokens);
+    let per_pos = &right.spec_decode_accepted_per_pos;
+    assert_eq!(per_pos.len(), 3);
+    assert_eq!(
+        per_pos.iter().sum::<u64>(),
+        right.spec_decode_num_accepted_tokens
+    );
+    assert!(
+        per_pos[0] >= per_pos[1] && per_pos[1] >= per_pos[2],
+        "{per_pos:?}"
+    );
+}

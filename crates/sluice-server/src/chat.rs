@@ -2,6 +2,7 @@
 //! template, then generated like a completion. `prepare` is the rendering
 //! and validation it shares with `POST /v1/chat/completions/render`.
 
+use crate::access_log::{self, AccessNote, Submitted};
 use crate::client::{client_key, ApiKeyClient};
 use crate::error::ApiError;
 use crate::logprobs;
@@ -217,9 +218,8 @@ pub(crate) async fn prepare(state: &AppState, body: &Bytes) -> Result<Prepared, 
         (ToolChoice::Required | ToolChoice::Named(_), true) => {
             if let Some(schema) = tool_config.forced_schema()? {
                 if structured.is_some() {
-                    eprintln!(
-                        "sluice: warning: structured outputs are ignored because tool_choice \
-                         forces a tool call"
+                    crate::logging::warn(
+                        "structured outputs are ignored because tool_choice forces a tool call",
                     );
                 }
                 structured = Some(crate::structured::Requested {
@@ -295,6 +295,7 @@ pub async fn chat_completions(
     State(state): State<AppState>,
     headers: HeaderMap,
     api_key: Option<Extension<ApiKeyClient>>,
+    access: Option<Extension<AccessNote>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let Prepared {
@@ -318,6 +319,13 @@ pub async fn chat_completions(
         req.user.as_deref(),
         api_key.as_ref().map(|Extension(k)| k),
     );
+    let submitted = Submitted {
+        request_id: &id,
+        client_key: client_key.clone(),
+        prompts: 1,
+        prompt_tokens: prompt.len(),
+        choices: n,
+    };
     let events = submit(
         &state,
         &id,
@@ -327,6 +335,7 @@ pub async fn chat_completions(
         structured.as_ref().map(|r| &r.constraint),
         client_key,
     )?;
+    let events = access_log::observe(access.as_ref().map(|Extension(a)| a), submitted, events);
     if req.sampling.stream() {
         let include_usage = req.sampling.include_usage();
         return Ok(stream_response(

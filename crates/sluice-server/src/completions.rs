@@ -1,6 +1,7 @@
 //! `POST /v1/completions`, and the request preparation it shares with
 //! `POST /v1/completions/render` (`prepare`).
 
+use crate::access_log::{self, AccessNote, Submitted};
 use crate::client::{client_key, ApiKeyClient};
 use crate::error::ApiError;
 use crate::logprobs;
@@ -111,6 +112,7 @@ pub async fn completions(
     State(state): State<AppState>,
     headers: HeaderMap,
     api_key: Option<Extension<ApiKeyClient>>,
+    access: Option<Extension<AccessNote>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let Prepared {
@@ -138,6 +140,13 @@ pub async fn completions(
         req.user.as_deref(),
         api_key.as_ref().map(|Extension(k)| k),
     );
+    let submitted = Submitted {
+        request_id: &id,
+        client_key: client_key.clone(),
+        prompts: prompts.len(),
+        prompt_tokens: prompts.iter().map(Vec::len).sum(),
+        choices: prompts.len() * n,
+    };
     let events = submit(
         &state,
         &id,
@@ -147,6 +156,7 @@ pub async fn completions(
         structured.as_ref().map(|r| &r.constraint),
         client_key,
     )?;
+    let events = access_log::observe(access.as_ref().map(|Extension(a)| a), submitted, events);
     if req.sampling.stream() {
         let include_usage = req.sampling.include_usage();
         return Ok(stream_response(

@@ -15,10 +15,13 @@
 //! API key check (`access.rs`), the HTTP metrics (`http_metrics.rs`), the
 //! whole-body read with its size and time limits (`body.rs`), then the
 //! handler. They are `Router::layer`s, so they run after routing (the
-//! route template, `MatchedPath`, is known to them). Connections, their
-//! timeouts and shutdown are `conn.rs`'s.
+//! route template, `MatchedPath`, is known to them). Outside them all, the
+//! access log (`access_log.rs`, when on). Connections, their timeouts and
+//! shutdown are `conn.rs`'s. Logging is `logging.rs`'s; the periodic stats
+//! line `stats_log.rs`'s.
 
 pub mod access;
+pub mod access_log;
 pub mod body;
 pub mod chat;
 pub mod client;
@@ -27,6 +30,7 @@ pub mod conn;
 pub mod error;
 pub mod http_metrics;
 pub mod json;
+pub mod logging;
 pub mod logprobs;
 pub mod metrics;
 pub mod misc;
@@ -35,6 +39,7 @@ pub mod protocol;
 pub mod render;
 pub mod sse;
 pub mod state;
+pub mod stats_log;
 pub mod structured;
 pub mod submit;
 pub mod tls;
@@ -90,6 +95,11 @@ pub struct ServerConfig {
     /// `--enable-log-requests`: one line per request on stderr as it
     /// arrives (id, client key, prompt and max tokens, sampling in brief).
     pub log_requests: bool,
+    /// One access line per request when its response is done
+    /// (`access_log.rs`; the CLI's default is on, as uvicorn's in vLLM).
+    pub access_log: bool,
+    /// Write the stats line this often (`stats_log.rs`); `None`: never.
+    pub log_stats_interval: Option<Duration>,
 }
 
 impl ServerConfig {
@@ -110,6 +120,8 @@ impl ServerConfig {
             dev_endpoints: false,
             client_id_header: axum::http::HeaderName::from_static(client::DEFAULT_CLIENT_ID_HEADER),
             log_requests: false,
+            access_log: false,
+            log_stats_interval: None,
         }
     }
 }
@@ -173,9 +185,14 @@ pub fn router(state: AppState, config: &ServerConfig) -> anyhow::Result<Router> 
             ApiKeys::new(&config.api_keys),
             access::require_api_key,
         ));
-    Ok(match config.cors.layer()? {
+    let app = match config.cors.layer()? {
         Some(cors) => app.layer(cors),
         None => app,
+    };
+    Ok(if config.access_log {
+        app.layer(axum::middleware::from_fn(access_log::track))
+    } else {
+        app
     })
 }
 
@@ -193,6 +210,14 @@ pub async fn serve(
     let state = AppState::new(engine.clone(), &config);
     let app = router(state, &config)?;
     let timeouts = config.timeouts;
+    let (stop_stats, stats_task) = match config.log_stats_interval {
+        Some(every) => {
+            let (stop, stopped) = tokio::sync::oneshot::channel();
+            let task = tokio::spawn(stats_log::run(engine.clone(), every, stopped));
+            (Some(stop), Some(task))
+        }
+        None => (None, None),
+    };
     let (phase, phase_rx) = tokio::sync::watch::channel(Phase::Running);
     let mut connections = JoinSet::new();
     tokio::pin!(shutdown);
@@ -224,7 +249,7 @@ pub async fn serve(
                 Err(e) => {
                     // Out of file descriptors, usually: back off instead of
                     // spinning; connections closing will free some.
-                    eprintln!("sluice: accept failed: {e}");
+                    logging::warn(&format!("accept failed: {e}"));
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
             },
@@ -251,6 +276,11 @@ pub async fn serve(
     // Whatever is left (a client that reads nothing, a half-sent body) is
     // dropped with its socket.
     connections.shutdown().await;
+    // The last stats line covers the drain.
+    drop(stop_stats);
+    if let Some(task) = stats_task {
+        let _ = task.await;
+    }
     Ok(())
 }
 

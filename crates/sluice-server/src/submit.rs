@@ -95,7 +95,7 @@ pub fn submit(
     for (p, mut req) in requests.into_iter().enumerate() {
         req.client_key.clone_from(&client_key);
         if state.inner.log_requests {
-            eprintln!("{}", request_log_line(&req));
+            crate::logging::info(&request_log_line(&req));
         }
         let s = engine.generate(req).map_err(engine_error)?;
         let events = stream::unfold(Some(s), move |state| async move {
@@ -122,7 +122,7 @@ pub fn request_log_line(req: &GenerateRequest) -> String {
         .seed
         .map_or_else(|| "none".to_string(), |s| s.to_string());
     format!(
-        "sluice: request {id}: client_key={client} prompt_tokens={prompt} max_tokens={max} \
+        "request {id}: client_key={client} prompt_tokens={prompt} max_tokens={max} \
          n={n} temperature={t} top_p={top_p} top_k={top_k} seed={seed} stop={stops} \
          priority={priority} structured={structured}",
         id = req.request_id.as_deref().unwrap_or("-"),

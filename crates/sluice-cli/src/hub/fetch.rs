@@ -86,7 +86,7 @@ impl Hub<'_> {
                 // complete cached snapshot still runs.
                 return match self.cached() {
                     Ok(path) => {
-                        eprintln!("sluice: {msg}; using the cached copy");
+                        logging::info(&format!("{msg}; using the cached copy"));
                         Ok(path)
                     }
                     Err(_) => Err(anyhow!(
@@ -148,10 +148,10 @@ impl Hub<'_> {
                                 self.id.repo
                             ),
                         };
-                        eprintln!(
-                            "sluice: {}: no quantization given, using {}",
+                        logging::info(&format!(
+                            "{}: no quantization given, using {}",
                             self.id.repo, set.parts[0]
-                        );
+                        ));
                         for part in &set.parts {
                             self.download(&api, &snapshot, part)?;
                         }
@@ -267,7 +267,7 @@ impl Hub<'_> {
         if want.exists() {
             return Ok(want);
         }
-        eprintln!("sluice: downloading {}/{file}", self.id.repo);
+        logging::info(&format!("downloading {}/{file}", self.id.repo));
         let got = guarded(|| {
             if self.env.progress {
                 api.download_with_progress(file, Bar(None))

@@ -31,6 +31,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use hf_hub::api::sync::{ApiBuilder, ApiError, ApiRepo};
 use hf_hub::api::{Progress, RepoInfo};
 use hf_hub::{Cache, Repo, RepoType};
+use sluice_server::logging;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Component, Path, PathBuf};
 
@@ -95,9 +96,9 @@ pub fn resolve_model(
     match parse_model(model, |p| p.exists())? {
         ModelRef::Local(path) => {
             if revision.is_some() {
-                eprintln!(
-                    "sluice: --revision applies to hub ids only; ignored for the local path {model}"
-                );
+                logging::info(&format!(
+                    "--revision applies to hub ids only; ignored for the local path {model}"
+                ));
             }
             let path = match gguf_file {
                 // A local directory with several GGUF files: pick one by name.
@@ -155,7 +156,7 @@ pub fn resolve_model(
             } else {
                 hub.fetch()?
             };
-            eprintln!("sluice: --model {model}: {}", path.display());
+            logging::info(&format!("--model {model}: {}", path.display()));
             Ok(ResolvedModel {
                 path,
                 hub_id: Some(model.to_string()),

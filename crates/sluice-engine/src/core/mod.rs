@@ -317,6 +317,7 @@ impl EngineCore {
             }
         };
         self.stats.record_step();
+        self.record_drafts(&sched_out, &runner_out);
         let outputs = self.scheduler.update_from_output(&sched_out, &runner_out);
         // Taken even without a sink, so they never pile up in the scheduler.
         let events = self.scheduler.take_kv_cache_events();
@@ -335,6 +336,30 @@ impl EngineCore {
         self.stats.end_step(had_outputs);
         self.step_record = record;
         self.take_drafts();
+    }
+
+    /// Counts each request's drafts verified this step and how many the
+    /// sampled tokens accepted: a row of `k` drafts samples the accepted
+    /// ones plus one token (`Executor::take_draft_token_ids`).
+    fn record_drafts(
+        &mut self,
+        sched_out: &sluice_core::SchedulerOutput,
+        runner_out: &sluice_core::ModelRunnerOutput,
+    ) {
+        let spec = &sched_out.scheduled_spec_decode_tokens;
+        if spec.is_empty() {
+            return;
+        }
+        for (index, s) in sched_out.num_scheduled_tokens.iter().enumerate() {
+            let Some((_, drafts)) = spec.iter().find(|(id, _)| *id == s.req_id) else {
+                continue;
+            };
+            let sampled = runner_out.sampled(index);
+            if !sampled.is_empty() {
+                self.stats
+                    .record_spec_decode(drafts.len(), sampled.len() - 1);
+            }
+        }
     }
 
     /// Hands the executor's drafts for the next step to the scheduler

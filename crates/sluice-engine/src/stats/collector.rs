@@ -103,6 +103,28 @@ impl StatsCollector {
         self.stats.grammar_mask_seconds += secs;
     }
 
+    /// One request's drafts verified in a step: `drafted` of them, the
+    /// first `accepted` taken (vLLM's `SpecDecodingStats.observe_draft`).
+    /// The per-position counts grow to the longest run once, then
+    /// allocate no more.
+    pub fn record_spec_decode(&mut self, drafted: usize, accepted: usize) {
+        if drafted == 0 {
+            return;
+        }
+        let st = &mut self.stats;
+        let accepted = accepted.min(drafted);
+        st.spec_decode_num_drafts += 1;
+        st.spec_decode_num_draft_tokens += drafted as u64;
+        st.spec_decode_num_accepted_tokens += accepted as u64;
+        let per_pos = &mut st.spec_decode_accepted_per_pos;
+        if per_pos.len() < drafted {
+            per_pos.resize(drafted, 0);
+        }
+        for n in &mut per_pos[..accepted] {
+            *n += 1;
+        }
+    }
+
     /// A completion's first output: its time to first token, and its
     /// prompt (counted now, as vLLM counts it, split into computed and
     /// cached tokens).

@@ -93,6 +93,17 @@ pub struct EngineStats {
     pub grammar_mask_steps: u64,
     pub grammar_mask_rows: u64,
     pub grammar_mask_seconds: f64,
+    /// Speculative decoding, as vLLM's `SpecDecodingStats` counts it
+    /// (`vllm:spec_decode_num_drafts` and the like): verifications (one per
+    /// request per step that had drafts scheduled), draft tokens verified,
+    /// and of those the ones accepted (drafts are taken up to the first
+    /// that differs from the sampled token).
+    pub spec_decode_num_drafts: u64,
+    pub spec_decode_num_draft_tokens: u64,
+    pub spec_decode_num_accepted_tokens: u64,
+    /// Accepted drafts by position in their step's run (index 0: the
+    /// first draft); as long as the longest run verified.
+    pub spec_decode_accepted_per_pos: Vec<u64>,
     /// `vllm:request_success{finished_reason}`.
     pub finished: FinishCounts,
     /// `vllm:admission_rejections{reason}` (filled in by `Engine::stats`).
@@ -168,6 +179,10 @@ impl Clone for EngineStats {
             grammar_mask_steps,
             grammar_mask_rows,
             grammar_mask_seconds,
+            spec_decode_num_drafts,
+            spec_decode_num_draft_tokens,
+            spec_decode_num_accepted_tokens,
+            spec_decode_accepted_per_pos,
             finished,
             admission_rejections,
             iteration_tokens,
@@ -205,6 +220,11 @@ impl Clone for EngineStats {
         self.grammar_mask_steps = *grammar_mask_steps;
         self.grammar_mask_rows = *grammar_mask_rows;
         self.grammar_mask_seconds = *grammar_mask_seconds;
+        self.spec_decode_num_drafts = *spec_decode_num_drafts;
+        self.spec_decode_num_draft_tokens = *spec_decode_num_draft_tokens;
+        self.spec_decode_num_accepted_tokens = *spec_decode_num_accepted_tokens;
+        self.spec_decode_accepted_per_pos
+            .clone_from(spec_decode_accepted_per_pos);
         self.finished = *finished;
         self.admission_rejections = *admission_rejections;
         self.iteration_tokens.clone_from(iteration_tokens);
