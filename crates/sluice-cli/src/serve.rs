@@ -431,9 +431,11 @@ fn serve_blocking(args: ServeArgs) -> Result<()> {
         config.scheduler.enable_kv_cache_events = kv.enable_kv_cache_events;
     }
     config.max_waiting_requests = Some(args.max_waiting_requests);
-    let kv_tokens = config
-        .scheduler
-        .num_gpu_blocks
+    // The pool the executor was built with: the scheduler config still
+    // holds its default until the engine takes the executor's count.
+    let kv_tokens = prepared
+        .executor
+        .num_kv_blocks()
         .saturating_mul(config.scheduler.block_size);
     config.limits = RequestLimits {
         max_stop_strings: args.max_stop_strings,

@@ -50,7 +50,7 @@ impl ModelInfo {
                 .copied()
                 .unwrap_or("unknown"),
             num_layers: config.num_hidden_layers,
-            weights: loaded.map(|l| l.model.weight_formats()).unwrap_or_default(),
+            weights: loaded.map(LoadedModel::weight_formats).unwrap_or_default(),
             kv_bytes_per_block: loaded.map(|_| KvCacheConfig::bytes_per_block(config, block_size)),
         }
     }

@@ -185,42 +185,6 @@ impl Model {
         })
     }
 
-    /// The weight matrices held (the embedding, each layer's projections
-    /// as they are stored, fused or in parts, and an untied head) by
-    /// format: `(format, matrices, bytes)`, the most bytes first. Norms
-    /// and biases (always f32) are not matrices and not counted.
-    pub fn weight_formats(&self) -> Vec<(QuantFormat, usize, usize)> {
-        fn add<'m>(matrices: &mut Vec<&'m Weight>, l: &'m Linear) {
-            match &l.weight {
-                LinearWeight::Fused(w) => matrices.push(w),
-                LinearWeight::Parts(parts) => matrices.extend(parts.iter().map(|p| &p.weight)),
-            }
-        }
-        let mut matrices: Vec<&Weight> = vec![&self.embed_tokens];
-        for layer in &self.layers {
-            add(&mut matrices, &layer.attention.qkv_proj);
-            add(&mut matrices, &layer.attention.o_proj);
-            add(&mut matrices, &layer.mlp.gate_up_proj);
-            add(&mut matrices, &layer.mlp.down_proj);
-        }
-        if let Some(head) = &self.lm_head {
-            add(&mut matrices, head);
-        }
-        let mut out: Vec<(QuantFormat, usize, usize)> = Vec::new();
-        for w in matrices {
-            let (f, bytes) = (w.dtype(), w.size_in_bytes());
-            match out.iter_mut().find(|(g, _, _)| *g == f) {
-                Some(e) => {
-                    e.1 += 1;
-                    e.2 += bytes;
-                }
-                None => out.push((f, 1, bytes)),
-            }
-        }
-        out.sort_by_key(|w| std::cmp::Reverse(w.2));
-        out
-    }
-
     /// Bytes of weights held (what a decode step streams from memory).
     pub fn weight_bytes(&self) -> usize {
         let layers: usize = self.layers.iter().map(DecoderLayer::size_in_bytes).sum();

@@ -12,7 +12,7 @@
 //! from `load_model` as an error naming the file or key; a missing or
 //! misshapen tensor from [`Model::build`], naming the tensor and the file.
 
-use super::Model;
+use super::{Model, Role, TensorId};
 use crate::config::{GenerationConfig, ModelConfig};
 use crate::kernels::QuantFormat;
 use crate::weights::{DummySource, SafetensorsSource, TensorSource};
@@ -151,6 +151,62 @@ impl WeightSource {
             rope_freq_factors: None,
             origin: None,
         }
+    }
+}
+
+impl LoadedModel {
+    /// The formats the weight matrices are read in (the embedding, each
+    /// layer's seven projections, an untied head — as the source hands
+    /// them out for the asked format, which is what a backend gets) by
+    /// format: `(format, tensors, bytes)`, the most bytes first. Norms and
+    /// biases (f32) are not counted; a tensor the source cannot describe
+    /// is left out (reading it fails later, naming it).
+    pub fn weight_formats(&self) -> Vec<(QuantFormat, usize, usize)> {
+        let c = &self.config;
+        let arch = c.architecture.def();
+        let naming = self.weights.tensors.naming();
+        let (h, q, kv) = (
+            c.hidden_size,
+            c.num_attention_heads * c.head_dim,
+            c.num_key_value_heads * c.head_dim,
+        );
+        let inter = c.intermediate_size;
+        let mut shapes = vec![(TensorId::model(Role::Embedding), c.vocab_size, h)];
+        for l in 0..c.num_hidden_layers {
+            let id = |role| TensorId::layer(l, role);
+            shapes.extend([
+                (id(Role::QProj), q, h),
+                (id(Role::KProj), kv, h),
+                (id(Role::VProj), kv, h),
+                (id(Role::OProj), h, q),
+                (id(Role::GateProj), inter, h),
+                (id(Role::UpProj), inter, h),
+                (id(Role::DownProj), h, inter),
+            ]);
+        }
+        if !c.tie_word_embeddings {
+            shapes.push((TensorId::model(Role::LmHead), c.vocab_size, h));
+        }
+        let mut out: Vec<(QuantFormat, usize, usize)> = Vec::new();
+        for (id, rows, cols) in shapes {
+            let name = arch.tensor_name(id, naming);
+            let Ok(format) = self.weights.tensors.format_of(&name, self.weights.dtype) else {
+                continue;
+            };
+            let Ok(row) = format.row_bytes(cols) else {
+                continue;
+            };
+            let bytes = rows.saturating_mul(row);
+            match out.iter_mut().find(|(f, _, _)| *f == format) {
+                Some(e) => {
+                    e.1 += 1;
+                    e.2 += bytes;
+                }
+                None => out.push((format, 1, bytes)),
+            }
+        }
+        out.sort_by_key(|w| std::cmp::Reverse(w.2));
+        out
     }
 }
 
