@@ -144,6 +144,22 @@ class Server:
         self.log.close()
 
 
+def run_block(cmd, timeout):
+    """(exit status or "timeout", output) of `cmd`, in a session of its own
+    so that a timeout stops every process it started (a grandchild holding
+    the pipes would otherwise keep the run waiting)."""
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            code = f"timeout after {timeout} s"
+        out.seek(0)
+        return code, out.read().decode(errors="replace")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("markdown", help="the Markdown file (README.md)")
@@ -195,12 +211,7 @@ def main():
             else:
                 cmd = [args.python, "-c", b.text]
             t0 = time.time()
-            try:
-                r = subprocess.run(cmd, capture_output=True, timeout=timeout)
-                code, out = r.returncode, (r.stdout + r.stderr).decode(errors="replace")
-            except subprocess.TimeoutExpired as e:
-                code = "timeout"
-                out = ((e.stdout or b"") + (e.stderr or b"")).decode(errors="replace")
+            code, out = run_block(cmd, timeout)
             ran += 1
             expect = opts.get("expect")
             if code == 0 and expect and expect not in out:
