@@ -234,8 +234,7 @@ pub(super) fn strftime(format: &str, unix_secs: u64) -> String {
         "November",
         "December",
     ];
-    let (y, m, d) = civil_from_days((unix_secs / 86_400) as i64);
-    let tod = unix_secs % 86_400;
+    let (y, m, d, tod) = utc(unix_secs);
     let mut out = String::new();
     let mut chars = format.chars();
     while let Some(c) = chars.next() {
@@ -264,16 +263,17 @@ pub(super) fn strftime(format: &str, unix_secs: u64) -> String {
     out
 }
 
-/// Days since 1970-01-01 to (year, month, day) (Howard Hinnant's algorithm).
-pub(super) fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
+/// The UTC calendar date and time of day (seconds) of a Unix time.
+fn utc(unix_secs: u64) -> (i64, u32, u32, u64) {
+    let t = i64::try_from(unix_secs)
+        .ok()
+        .and_then(|s| time::OffsetDateTime::from_unix_timestamp(s).ok())
+        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+    let tod = u64::from(t.hour()) * 3600 + u64::from(t.minute()) * 60 + u64::from(t.second());
+    (
+        i64::from(t.year()),
+        u32::from(u8::from(t.month())),
+        u32::from(t.day()),
+        tod,
+    )
 }
