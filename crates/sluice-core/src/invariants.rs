@@ -270,7 +270,7 @@ pub fn check_output(
     for (i, c) in out.scheduled_cached_reqs.reqs.iter().enumerate() {
         if let Some(blocks) = out.scheduled_cached_reqs.new_block_ids(i) {
             ensure!(
-                !blocks.is_empty(),
+                blocks.iter().any(|g| !g.is_empty()),
                 "{}: empty new_block_ids instead of None",
                 c.req_id
             );
