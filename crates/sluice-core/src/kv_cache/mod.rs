@@ -208,7 +208,7 @@ impl KvCacheManager {
                     format!("manager {g} keeps group {}", m.group().0),
                 ));
             }
-            if m.block_size() == 0 || block_size % m.block_size() != 0 {
+            if m.block_size() == 0 || !block_size.is_multiple_of(m.block_size()) {
                 return Err(FieldError::new(
                     "kv_cache_groups",
                     format!(

@@ -116,7 +116,7 @@ impl SingleTypeKvCacheManager for SlidingWindowManager {
             };
             scratch.clear();
             if push_cached(pool, h, groups, &mut scratch) {
-                if run == 0 && b != alignment && ((i + 1) * b) % alignment != 0 {
+                if run == 0 && b != alignment && !((i + 1) * b).is_multiple_of(alignment) {
                     continue;
                 }
                 for &g in groups {
@@ -140,7 +140,7 @@ impl SingleTypeKvCacheManager for SlidingWindowManager {
             for &g in groups {
                 hit.list_mut(g).truncate(run);
             }
-            while b != alignment && (hit.group(first).len() * b) % alignment != 0 {
+            while b != alignment && !(hit.group(first).len() * b).is_multiple_of(alignment) {
                 for &g in groups {
                     hit.list_mut(g).pop();
                 }
