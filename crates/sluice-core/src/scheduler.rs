@@ -263,9 +263,16 @@ impl Scheduler {
         })
     }
 
-    /// The block table of a live request.
+    /// The block table of a live request (group 0's).
     pub fn block_ids(&self, id: &str) -> Option<&[BlockId]> {
         self.ids.get(id).map(|&s| self.kv.block_ids(s as usize))
+    }
+
+    /// The block table of a live request in KV cache group `group`.
+    pub fn group_block_ids(&self, id: &str, group: crate::kv_cache::GroupId) -> Option<&[BlockId]> {
+        self.ids
+            .get(id)
+            .map(|&s| self.kv.group_block_ids(group, s as usize))
     }
 
     pub fn kv_cache_manager(&self) -> &KvCacheManager {

@@ -59,5 +59,8 @@ fn several_kv_cache_groups_are_refused() {
         ..SchedulerOutput::default()
     };
     let e = d.runner.execute(&so).unwrap_err().to_string();
-    assert!(e.contains("2 KV cache groups") && e.contains("request r"), "{e}");
+    assert!(
+        e.contains("2 KV cache groups") && e.contains("request r"),
+        "{e}"
+    );
 }
