@@ -2,7 +2,8 @@
 //!
 //! "What is already cached for this request?" (`get_computed_blocks`, no
 //! side effects) and "give me room for `n` more tokens" (`allocate_slots`,
-//! which either succeeds completely or changes nothing). It owns every
+//! which either succeeds completely or takes no block; a failed attempt may
+//! still release blocks no layer reads any more, as vLLM's). It owns every
 //! block table; the scheduler only ever holds block ids it reads back from
 //! here.
 //!
@@ -267,6 +268,8 @@ impl KvCacheManager {
         })
     }
 
+    /// The scheduler block size: the least common multiple of the groups'
+    /// (a hit is a whole number of blocks in every group).
     pub fn block_size(&self) -> usize {
         self.block_size
     }
@@ -316,7 +319,8 @@ impl KvCacheManager {
 
     /// The longest prefix-cache hit for `req` that leaves at least one
     /// token to compute (its logits are needed), its blocks per group in
-    /// `hit`. Returns the hit in tokens, a multiple of the block size.
+    /// `hit`. Returns the hit in tokens, a multiple of the scheduler block
+    /// size.
     pub fn get_computed_blocks(&self, req: &Request, hit: &mut ComputedBlocks) -> usize {
         hit.clear();
         if self.hasher.is_none() || !req.reads_prefix_cache() {
