@@ -343,6 +343,16 @@ pub(super) fn push_cached(
     groups: &[GroupId],
     hit: &mut ComputedBlocks,
 ) -> bool {
+    // One group (the common case): one lookup.
+    if let [g] = groups {
+        return match pool.get_cached_block(hash, *g) {
+            Some(b) => {
+                hit.list_mut(*g).push(b);
+                true
+            }
+            None => false,
+        };
+    }
     if groups
         .iter()
         .any(|&g| pool.get_cached_block(hash, g).is_none())
