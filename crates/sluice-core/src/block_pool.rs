@@ -22,6 +22,8 @@ use crate::kv_events::EventGroup;
 use crate::kv_events::KvCacheEvent;
 use crate::prefix_cache::{CacheKey, CachedBlockMap};
 use crate::request::BlockId;
+use smallvec::SmallVec;
+use std::collections::HashMap;
 
 pub const NULL_BLOCK: BlockId = 0;
 
@@ -37,6 +39,11 @@ pub struct BlockPool {
     evict_last: Vec<BlockId>,
     /// Queued KV cache events; `None` when events are off.
     events: Option<Vec<KvCacheEvent>>,
+    /// Second keys of a block beside its hash (vLLM's
+    /// `cached_block_hashes_by_block`): the partial prompt-tail key a
+    /// full-attention block larger than the hash block size gets. Empty for
+    /// every layout with one block size.
+    extra_keys: HashMap<BlockId, SmallVec<[CacheKey; 1]>>,
     /// Per group, what its events say of it (vLLM's `group_idx` and spec
     /// fields); empty for a model of one plain full-attention group, whose
     /// events carry none.
@@ -91,6 +98,7 @@ impl BlockPool {
             evict_first: Vec::new(),
             evict_last: Vec::new(),
             events: None,
+            extra_keys: HashMap::new(),
             group_specs: Vec::new(),
         })
     }
@@ -191,6 +199,51 @@ impl BlockPool {
             if self.cached.remove(&k, block) {
                 self.removed(&k);
             }
+        }
+        if !self.extra_keys.is_empty() {
+            for k in self.extra_keys.remove(&block).unwrap_or_default() {
+                if self.cached.remove(&k, block) {
+                    self.removed(&k);
+                }
+            }
+        }
+    }
+
+    /// vLLM's `cache_partial_block` for a block already registered whole:
+    /// adds `key` as a second key of `block` (the prompt's last hash boundary
+    /// inside it, `tokens` the hash block ending there, `parent` the hash
+    /// before it), with a `BlockStored` of that one hash block the first
+    /// time.
+    pub fn cache_partial_block(
+        &mut self,
+        block: BlockId,
+        key: CacheKey,
+        parent: Option<&BlockHash>,
+        tokens: &[u32],
+    ) {
+        if block == NULL_BLOCK {
+            return;
+        }
+        if self.hash[block as usize] == Some(key) || self.cached.contains(&key, block) {
+            return;
+        }
+        if self.hash[block as usize].is_none() {
+            self.hash[block as usize] = Some(key);
+        } else {
+            self.extra_keys.entry(block).or_default().push(key);
+        }
+        self.cached.insert(key, block);
+        let event_group = self.event_group(key.group);
+        if let Some(q) = &mut self.events {
+            q.push(KvCacheEvent::BlockStored {
+                block_hashes: vec![key.hash.external()],
+                parent_block_hash: parent.map(BlockHash::external),
+                token_ids: tokens.to_vec(),
+                block_size: tokens.len(),
+                lora_id: None,
+                medium: None,
+                group: event_group,
+            });
         }
     }
 
@@ -313,6 +366,7 @@ impl BlockPool {
         }
         self.cached.clear(); // keeps its capacity
         self.hash.iter_mut().for_each(|h| *h = None);
+        self.extra_keys.clear();
         if let Some(q) = &mut self.events {
             q.push(KvCacheEvent::AllBlocksCleared);
         }
@@ -340,7 +394,8 @@ impl BlockPool {
         }
         for (k, blocks) in self.cached.iter() {
             for &b in blocks {
-                if self.hash[b as usize].as_ref() != Some(k) {
+                let second = self.extra_keys.get(&b).is_some_and(|ks| ks.contains(k));
+                if self.hash[b as usize].as_ref() != Some(k) && !second {
                     return Err(format!("map entry for block {b} does not match its hash"));
                 }
             }

@@ -194,8 +194,15 @@ impl Replayer {
     ) -> Result<Self, ReplayError> {
         trace.config.enable_kv_cache_events = kv_cache_events;
         trace.config.hash_seed = hash_seed;
-        let scheduler =
+        let mut scheduler =
             Scheduler::new(trace.config.clone()).map_err(|e| ReplayError(format!("config.{e}")))?;
+        if trace.grouped {
+            // The trace names its groups: so do its events, as vLLM's.
+            let c = &trace.config;
+            scheduler
+                .kv
+                .name_groups_in_events(&c.kv_cache_groups, c.block_size);
+        }
         let mut arrivals: Vec<(u64, usize)> = trace
             .requests
             .iter()

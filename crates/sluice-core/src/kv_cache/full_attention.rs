@@ -7,6 +7,7 @@ use super::single_type::{push_cached, CacheInput, GroupTables, SingleTypeKvCache
 use super::{ComputedBlocks, GroupId, KvCacheGroupSpec};
 use crate::block_hash::BlockHash;
 use crate::block_pool::BlockPool;
+use crate::prefix_cache::CacheKey;
 use crate::request::BlockId;
 
 #[derive(Debug)]
@@ -118,6 +119,12 @@ impl SingleTypeKvCacheManager for FullAttentionManager {
         self.t.allocate_new(pool, slot, num_tokens, reserve_tokens)
     }
 
+    /// Every newly full block; then, with blocks larger than the hash block
+    /// size, vLLM's `_cache_partial_tail_block`: the prompt's last hash
+    /// boundary a resend can reach (`prompt − 1`, rounded down to the hash
+    /// block size), when it falls inside a block already computed, becomes a
+    /// second key of that block. Only a finer-grained lookup than these
+    /// kinds make could hit it, but it is published and evicted like any.
     fn cache_blocks(
         &mut self,
         pool: &mut BlockPool,
@@ -126,6 +133,24 @@ impl SingleTypeKvCacheManager for FullAttentionManager {
         num_tokens: usize,
     ) {
         self.t.cache_blocks(pool, slot, input, num_tokens, |_| true);
+        let stride = self.t.hash_stride;
+        if stride == 1 {
+            return;
+        }
+        let b = self.t.block_size;
+        let h = b / stride;
+        let limit = input.boundaries.first().copied().unwrap_or(0);
+        let m = (limit / h).min(input.hashes.len());
+        let boundary = m * h;
+        if boundary == 0 || boundary > num_tokens || boundary.is_multiple_of(b) {
+            return;
+        }
+        let Some(&block) = self.t.block_ids(slot).get(boundary / b) else {
+            return;
+        };
+        let key = CacheKey::new(input.hashes[m - 1], self.t.group);
+        let parent = m.checked_sub(2).map(|p| &input.hashes[p]);
+        pool.cache_partial_block(block, key, parent, &input.tokens[boundary - h..boundary]);
     }
 
     fn free(&mut self, pool: &mut BlockPool, slot: usize) {

@@ -180,12 +180,20 @@ impl KvCacheManager {
             managers,
         )?;
         // A model of several groups: its events name their group.
+        kv.name_groups_in_events(groups, block_size);
+        Ok(kv)
+    }
+
+    /// KV cache events name their group and its spec (vLLM's `group_idx`,
+    /// `kv_cache_spec_kind`, `kv_cache_spec_sliding_window`): always with
+    /// several groups, and for one group when the caller wants the fields
+    /// (a trace that names its groups).
+    pub fn name_groups_in_events(&mut self, groups: &[KvCacheGroupSpec], block_size: usize) {
         let specs = groups
             .iter()
             .map(|g| g.with_block_size(g.block_size_or(block_size)))
             .collect();
-        kv.pool.set_group_specs(specs);
-        Ok(kv)
+        self.pool.set_group_specs(specs);
     }
 
     /// Over managers built elsewhere (a kind of attention this crate does

@@ -255,3 +255,64 @@ fn the_scheduler_takes_several_groups() {
     };
     assert!(zero.validate_basic().is_err());
 }
+
+#[test]
+fn a_full_block_larger_than_the_hash_block_gets_the_prompt_tail_as_a_second_key() {
+    // Hashes every 2 tokens (the GCD), full-attention blocks of 4: an
+    // 8-token prompt's resend reaches 7 tokens, rounded to the hash block 6,
+    // inside the full group's block 1 (tokens 4..8).
+    use crate::kv_events::KvCacheEvent;
+    let groups = [
+        KvCacheGroupSpec::sliding_window(4).with_block_size(2),
+        KvCacheGroupSpec::FULL,
+    ];
+    let hasher = Some(BlockHasher::new(HashAlgo::Sha256, 2, None));
+    let mut m = KvCacheManager::with_groups(16, B, 4096, 4096, 0.0, hasher, &groups).unwrap();
+    m.set_kv_cache_events(true);
+    let a = request(&m, "a", (0..8).collect());
+    m.allocate_slots(0, &a, admit(8)).unwrap();
+    let full = m.group_block_ids(GroupId(1), 0).to_vec();
+    let hs = &a.block_hashes;
+    assert_eq!(m.pool().get_cached_block(&hs[1], GroupId(1)), Some(full[0]));
+    assert_eq!(m.pool().get_cached_block(&hs[3], GroupId(1)), Some(full[1]));
+    assert_eq!(m.pool().get_cached_block(&hs[2], GroupId(1)), Some(full[1]));
+    let events = m.take_events();
+    let Some(KvCacheEvent::BlockStored {
+        block_hashes,
+        parent_block_hash,
+        token_ids,
+        block_size,
+        group,
+        ..
+    }) = events.last()
+    else {
+        panic!("no store: {events:?}");
+    };
+    assert_eq!(block_hashes, &[hs[2].external()]);
+    assert_eq!(*parent_block_hash, Some(hs[1].external()));
+    assert_eq!(token_ids, &[4, 5]);
+    assert_eq!(*block_size, 2);
+    assert_eq!(group.map(|g| g.group_idx), Some(1));
+    // Caching again adds nothing.
+    m.cache_blocks(0, &a, 8);
+    assert!(m.take_events().is_empty());
+    // Evicted, the block loses both keys, each with its removal.
+    m.free(0);
+    let b = request(&m, "b", (100..120).collect());
+    m.allocate_slots(1, &b, admit(20)).unwrap();
+    let removed: Vec<u64> = m
+        .take_events()
+        .iter()
+        .filter_map(|e| match e {
+            KvCacheEvent::BlockRemoved {
+                block_hashes,
+                group_idx: Some(1),
+                ..
+            } => Some(block_hashes[0]),
+            _ => None,
+        })
+        .collect();
+    assert!(removed.contains(&hs[3].external()), "{removed:?}");
+    assert!(removed.contains(&hs[2].external()), "{removed:?}");
+    m.pool().check_invariants().unwrap();
+}
