@@ -102,6 +102,62 @@ fn replay_to_a_file() {
     assert_eq!(got, want);
 }
 
+/// A trace with KV cache groups: `new_blocks` one list per group, byte for
+/// byte vLLM's log.
+#[test]
+fn replay_writes_the_per_group_log_of_a_hybrid_trace() {
+    for name in ["sw-full-01", "mixed-kinds-01"] {
+        let dir = traces().join("hybrid");
+        let out = sluice()
+            .arg("replay")
+            .arg(dir.join(format!("{name}.trace.json")))
+            .output()
+            .expect("runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let golden =
+            std::fs::read_to_string(dir.join(format!("{name}.vllm.jsonl"))).expect("golden");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), golden, "{name}");
+    }
+}
+
+/// A malformed `config.kv_cache_groups` names the field and exits 2.
+#[test]
+fn malformed_kv_cache_groups_name_the_field_and_exit_2() {
+    let cases = [
+        (r#"[]"#, "config.kv_cache_groups: must be a non-empty list"),
+        (
+            r#"[{"kind": "sliding"}]"#,
+            "config.kv_cache_groups[0].kind:",
+        ),
+        (
+            r#"[{"kind": "full"}, {"kind": "sliding_window", "sliding_window": 0}]"#,
+            "config.kv_cache_groups[1].sliding_window: must be an integer >= 1",
+        ),
+        (
+            r#"[{"kind": "chunked_local", "attention_chunk_size": 8, "window": 3}]"#,
+            "config.kv_cache_groups[0].window: unknown field for kind chunked_local",
+        ),
+    ];
+    for (i, (groups, want)) in cases.iter().enumerate() {
+        let path = tmp(&format!("bad-groups-{i}.trace.json"));
+        std::fs::write(
+            &path,
+            format!(
+                r#"{{"config": {{"block_size": 16, "num_gpu_blocks": 8, "max_num_batched_tokens": 64, "max_num_seqs": 2, "max_model_len": 128, "kv_cache_groups": {groups}}}}}"#
+            ),
+        )
+        .expect("write");
+        let out = sluice().arg("replay").arg(&path).output().expect("runs");
+        assert_eq!(out.status.code(), Some(2), "{groups}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(want), "{groups}: {err}");
+    }
+}
+
 #[test]
 fn malformed_trace_names_the_field_and_exits_2() {
     let path = tmp("bad.trace.json");

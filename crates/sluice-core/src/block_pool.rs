@@ -17,10 +17,13 @@ use crate::block_hash::BlockHash;
 use crate::config::{at_most, MAX_NUM_GPU_BLOCKS};
 use crate::error::FieldError;
 use crate::free_queue::FreeBlockQueue;
-use crate::kv_cache::GroupId;
+use crate::kv_cache::{GroupId, KvCacheGroupSpec};
+use crate::kv_events::EventGroup;
 use crate::kv_events::KvCacheEvent;
 use crate::prefix_cache::{CacheKey, CachedBlockMap};
 use crate::request::BlockId;
+use smallvec::SmallVec;
+use std::collections::HashMap;
 
 pub const NULL_BLOCK: BlockId = 0;
 
@@ -36,6 +39,15 @@ pub struct BlockPool {
     evict_last: Vec<BlockId>,
     /// Queued KV cache events; `None` when events are off.
     events: Option<Vec<KvCacheEvent>>,
+    /// Second keys of a block beside its hash (vLLM's
+    /// `cached_block_hashes_by_block`): the partial prompt-tail key a
+    /// full-attention block larger than the hash block size gets. Empty for
+    /// every layout with one block size.
+    extra_keys: HashMap<BlockId, SmallVec<[CacheKey; 1]>>,
+    /// Per group, what its events say of it (vLLM's `group_idx` and spec
+    /// fields); empty for a model of one plain full-attention group, whose
+    /// events carry none.
+    group_specs: Vec<KvCacheGroupSpec>,
 }
 
 impl BlockPool {
@@ -86,6 +98,8 @@ impl BlockPool {
             evict_first: Vec::new(),
             evict_last: Vec::new(),
             events: None,
+            extra_keys: HashMap::new(),
+            group_specs: Vec::new(),
         })
     }
 
@@ -112,6 +126,19 @@ impl BlockPool {
     /// Turns KV cache event queueing on or off (off drops the queue).
     pub fn set_kv_cache_events(&mut self, on: bool) {
         self.events = on.then(Vec::new);
+    }
+
+    /// Events name their group and its spec (a model of several groups).
+    pub fn set_group_specs(&mut self, specs: Vec<KvCacheGroupSpec>) {
+        self.group_specs = specs;
+    }
+
+    fn event_group(&self, group: GroupId) -> Option<EventGroup> {
+        self.group_specs.get(group.index()).map(|s| EventGroup {
+            group_idx: group.0,
+            kind: s.event_kind_name(),
+            sliding_window: s.sliding_window_tokens(),
+        })
     }
 
     pub fn kv_cache_events_enabled(&self) -> bool {
@@ -170,16 +197,63 @@ impl BlockPool {
     fn evict(&mut self, block: BlockId) {
         if let Some(k) = self.hash[block as usize].take() {
             if self.cached.remove(&k, block) {
-                self.removed(&k.hash);
+                self.removed(&k);
+            }
+        }
+        if !self.extra_keys.is_empty() {
+            for k in self.extra_keys.remove(&block).unwrap_or_default() {
+                if self.cached.remove(&k, block) {
+                    self.removed(&k);
+                }
             }
         }
     }
 
-    fn removed(&mut self, h: &BlockHash) {
+    /// vLLM's `cache_partial_block` for a block already registered whole:
+    /// adds `key` as a second key of `block` (the prompt's last hash boundary
+    /// inside it, `tokens` the hash block ending there, `parent` the hash
+    /// before it), with a `BlockStored` of that one hash block the first
+    /// time.
+    pub fn cache_partial_block(
+        &mut self,
+        block: BlockId,
+        key: CacheKey,
+        parent: Option<&BlockHash>,
+        tokens: &[u32],
+    ) {
+        if block == NULL_BLOCK {
+            return;
+        }
+        if self.hash[block as usize] == Some(key) || self.cached.contains(&key, block) {
+            return;
+        }
+        if self.hash[block as usize].is_none() {
+            self.hash[block as usize] = Some(key);
+        } else {
+            self.extra_keys.entry(block).or_default().push(key);
+        }
+        self.cached.insert(key, block);
+        let event_group = self.event_group(key.group);
+        if let Some(q) = &mut self.events {
+            q.push(KvCacheEvent::BlockStored {
+                block_hashes: vec![key.hash.external()],
+                parent_block_hash: parent.map(BlockHash::external),
+                token_ids: tokens.to_vec(),
+                block_size: tokens.len(),
+                lora_id: None,
+                medium: None,
+                group: event_group,
+            });
+        }
+    }
+
+    fn removed(&mut self, k: &CacheKey) {
+        let group_idx = self.event_group(k.group).map(|g| g.group_idx);
         if let Some(q) = &mut self.events {
             q.push(KvCacheEvent::BlockRemoved {
-                block_hashes: vec![h.external()],
+                block_hashes: vec![k.hash.external()],
                 medium: None,
+                group_idx,
             });
         }
     }
@@ -227,55 +301,60 @@ impl BlockPool {
         self.evict_last = last;
     }
 
-    /// Registers `blocks[i]` under `hashes[i]` for each pair. `parent` (the
-    /// hash of the block before `blocks[0]`, `None` for a request's first
-    /// block), `token_ids` (the blocks' tokens) and `block_size` only feed
-    /// the `BlockStored` event, which, as in vLLM, lists every non-null
-    /// block of the call, also those already registered.
+    /// Registers `blocks[i]` under `hash(i)` for each block whose `keep(i)`
+    /// holds. `parent` (the hash of the block before `blocks[0]`, `None` for
+    /// a request's first block), `token_ids` (the blocks' tokens, kept or
+    /// not) and `block_size` only feed the `BlockStored` event, which, as in
+    /// vLLM, lists every kept non-null block of the call, also those already
+    /// registered, and is published even when none is kept.
+    #[allow(clippy::too_many_arguments)]
     pub fn cache_full_blocks(
         &mut self,
         group: GroupId,
         blocks: &[BlockId],
-        hashes: &[BlockHash],
+        hash: &dyn Fn(usize) -> BlockHash,
+        keep: &dyn Fn(usize) -> bool,
         parent: Option<&BlockHash>,
         token_ids: &[u32],
         block_size: usize,
     ) {
-        debug_assert_eq!(blocks.len(), hashes.len());
         if blocks.is_empty() {
             return;
         }
-        for (&b, h) in blocks.iter().zip(hashes) {
-            if b == NULL_BLOCK {
+        for (i, &b) in blocks.iter().enumerate() {
+            if b == NULL_BLOCK || !keep(i) {
                 continue;
             }
-            let key = CacheKey::new(*h, group);
+            let key = CacheKey::new(hash(i), group);
             if self.hash[b as usize] == Some(key) || self.cached.contains(&key, b) {
                 continue;
             }
             if let Some(old) = self.hash[b as usize].take() {
-                // A single full-attention group never re-hashes a block; stay
-                // consistent anyway (vLLM reports the old hash removed).
+                // A block belongs to one group's table at a time and is
+                // hashed once; stay consistent anyway (vLLM reports the old
+                // hash removed).
                 if self.cached.remove(&old, b) {
-                    self.removed(&old.hash);
+                    self.removed(&old);
                 }
             }
             self.hash[b as usize] = Some(key);
             self.cached.insert(key, b);
         }
+        let event_group = self.event_group(group);
         if let Some(q) = &mut self.events {
             q.push(KvCacheEvent::BlockStored {
                 block_hashes: blocks
                     .iter()
-                    .zip(hashes)
-                    .filter(|(&b, _)| b != NULL_BLOCK)
-                    .map(|(_, h)| h.external())
+                    .enumerate()
+                    .filter(|&(i, &b)| b != NULL_BLOCK && keep(i))
+                    .map(|(i, _)| hash(i).external())
                     .collect(),
                 parent_block_hash: parent.map(BlockHash::external),
                 token_ids: token_ids.to_vec(),
                 block_size,
                 lora_id: None,
                 medium: None,
+                group: event_group,
             });
         }
     }
@@ -287,6 +366,7 @@ impl BlockPool {
         }
         self.cached.clear(); // keeps its capacity
         self.hash.iter_mut().for_each(|h| *h = None);
+        self.extra_keys.clear();
         if let Some(q) = &mut self.events {
             q.push(KvCacheEvent::AllBlocksCleared);
         }
@@ -314,7 +394,8 @@ impl BlockPool {
         }
         for (k, blocks) in self.cached.iter() {
             for &b in blocks {
-                if self.hash[b as usize].as_ref() != Some(k) {
+                let second = self.extra_keys.get(&b).is_some_and(|ks| ks.contains(k));
+                if self.hash[b as usize].as_ref() != Some(k) && !second {
                     return Err(format!("map entry for block {b} does not match its hash"));
                 }
             }
@@ -380,7 +461,7 @@ mod tests {
         let mut p = BlockPool::new(10, true).unwrap();
         let mut a = Vec::new();
         p.get_new_blocks(3, &mut a);
-        p.cache_full_blocks(G0, &a[..2], &[h(1), h(2)], None, &[], 4);
+        p.cache_full_blocks(G0, &a[..2], &|i| [h(1), h(2)][i], &|_| true, None, &[], 4);
         p.free_blocks(a.iter().rev().copied());
         assert_eq!(queue(&p), vec![3, 4, 5, 6, 7, 8, 9, 2, 1]);
         assert_eq!(p.get_cached_block(&h(1), G0), Some(1));
@@ -396,7 +477,7 @@ mod tests {
         let mut p = BlockPool::new(3, true).unwrap();
         let mut a = Vec::new();
         p.get_new_blocks(2, &mut a);
-        p.cache_full_blocks(G0, &a, &[h(1), h(2)], None, &[], 4);
+        p.cache_full_blocks(G0, &a, &|i| [h(1), h(2)][i], &|_| true, None, &[], 4);
         p.free_blocks(a.iter().rev().copied());
         assert_eq!(queue(&p), vec![2, 1]);
         let mut b = Vec::new();
@@ -412,7 +493,7 @@ mod tests {
         let mut p = BlockPool::new(4, true).unwrap();
         let mut a = Vec::new();
         p.get_new_blocks(1, &mut a);
-        p.cache_full_blocks(G0, &a, &[h(9)], None, &[], 4);
+        p.cache_full_blocks(G0, &a, &|i| [h(9)][i], &|_| true, None, &[], 4);
         p.touch(&a);
         p.free_blocks(a.iter().copied());
         assert_eq!(p.num_free_blocks(), 2);
@@ -428,8 +509,16 @@ mod tests {
         p.set_kv_cache_events(true);
         let mut a = Vec::new();
         p.get_new_blocks(2, &mut a);
-        p.cache_full_blocks(G0, &a[..1], &[h(1)], None, &[5, 6], 2);
-        p.cache_full_blocks(G0, &a[1..], &[h(2)], Some(&h(1)), &[7, 8], 2);
+        p.cache_full_blocks(G0, &a[..1], &|i| [h(1)][i], &|_| true, None, &[5, 6], 2);
+        p.cache_full_blocks(
+            G0,
+            &a[1..],
+            &|i| [h(2)][i],
+            &|_| true,
+            Some(&h(1)),
+            &[7, 8],
+            2,
+        );
         p.free_blocks(a.iter().rev().copied());
         let mut b = Vec::new();
         p.get_new_blocks(1, &mut b); // evicts block 2's hash
@@ -446,6 +535,7 @@ mod tests {
                     block_size: 2,
                     lora_id: None,
                     medium: None,
+                    group: None,
                 },
                 E::BlockStored {
                     block_hashes: vec![ext(2)],
@@ -454,10 +544,12 @@ mod tests {
                     block_size: 2,
                     lora_id: None,
                     medium: None,
+                    group: None,
                 },
                 E::BlockRemoved {
                     block_hashes: vec![ext(2)],
-                    medium: None
+                    medium: None,
+                    group_idx: None,
                 },
                 E::AllBlocksCleared,
             ]
@@ -473,7 +565,7 @@ mod tests {
         let mut p = BlockPool::new(4, true).unwrap();
         let mut a = Vec::new();
         p.get_new_blocks(1, &mut a);
-        p.cache_full_blocks(G0, &a, &[h(3)], None, &[], 4);
+        p.cache_full_blocks(G0, &a, &|i| [h(3)][i], &|_| true, None, &[], 4);
         assert!(!p.reset_prefix_cache());
         p.free_blocks(a.iter().copied());
         assert!(p.reset_prefix_cache());

@@ -80,8 +80,9 @@ pub struct SchedulerConfig {
     /// Fraction of the pool kept free when admitting (vLLM's watermark).
     pub watermark: f64,
     /// The model's KV cache groups, in order (vLLM's `kv_cache_groups`):
-    /// one full-attention group for every model served today. All groups
-    /// share the pool and `block_size`.
+    /// one full-attention group for a plain decoder; sliding-window and
+    /// chunked-local groups beside it for a hybrid model. All groups share
+    /// the pool; a group without its own block size has `block_size`.
     pub kv_cache_groups: Vec<KvCacheGroupSpec>,
 }
 
@@ -105,7 +106,7 @@ impl Default for SchedulerConfig {
             hash_seed: None,
             enable_kv_cache_events: false,
             watermark: 0.0,
-            kv_cache_groups: vec![KvCacheGroupSpec::Full],
+            kv_cache_groups: vec![KvCacheGroupSpec::FULL],
         }
     }
 }
@@ -153,6 +154,67 @@ pub(crate) fn at_most(field: &'static str, value: usize, max: usize) -> Result<(
 }
 
 impl SchedulerConfig {
+    /// The groups' own rules: at least one group; windows, chunks and block
+    /// sizes of at least one token and bounded; with prefix caching, a
+    /// chunked-local group's block size equal to the scheduler's (vLLM
+    /// asserts it at its first lookup).
+    fn validate_kv_cache_groups(&self) -> Result<(), ConfigError> {
+        use crate::kv_cache::AttentionKind;
+        if self.kv_cache_groups.is_empty() {
+            return err("kv_cache_groups", "must name at least one group");
+        }
+        for g in &self.kv_cache_groups {
+            let b = g.block_size_or(self.block_size);
+            if b == 0 {
+                return err("kv_cache_groups", "a group's block_size must be at least 1");
+            }
+            at_most("kv_cache_groups", b, MAX_BLOCK_SIZE)?;
+            match g.kind {
+                AttentionKind::SlidingWindow { window: 0 } => {
+                    return err("kv_cache_groups", "a sliding_window must be at least 1")
+                }
+                AttentionKind::ChunkedLocal { chunk: 0 } => {
+                    return err(
+                        "kv_cache_groups",
+                        "an attention_chunk_size must be at least 1",
+                    )
+                }
+                AttentionKind::SlidingWindow { window: w }
+                | AttentionKind::ChunkedLocal { chunk: w } => {
+                    at_most("kv_cache_groups", w, MAX_MODEL_LEN)?
+                }
+                AttentionKind::Full => {}
+            }
+        }
+        let (sched_bs, _) = self.block_layout();
+        at_most("kv_cache_groups", sched_bs, MAX_BLOCK_SIZE)?;
+        if self.enable_prefix_caching {
+            for (i, g) in self.kv_cache_groups.iter().enumerate() {
+                let b = g.block_size_or(self.block_size);
+                if matches!(g.kind, AttentionKind::ChunkedLocal { .. }) && b != sched_bs {
+                    return err(
+                        "kv_cache_groups",
+                        format!(
+                            "group {i}: a chunked_local group needs block size {sched_bs} (the \
+                             LCM of all group block sizes) when prefix caching is on"
+                        ),
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `(scheduler block size, hash block size)` the groups imply
+    /// (`kv_cache::block_layout`).
+    pub fn block_layout(&self) -> (usize, usize) {
+        crate::kv_cache::block_layout(
+            &self.kv_cache_groups,
+            self.block_size,
+            self.enable_prefix_caching,
+        )
+    }
+
     pub fn max_num_scheduled_tokens(&self) -> usize {
         self.max_num_scheduled_tokens
             .unwrap_or(self.max_num_batched_tokens)
@@ -166,21 +228,7 @@ impl SchedulerConfig {
             return err("block_size", "must be at least 1");
         }
         at_most("block_size", self.block_size, MAX_BLOCK_SIZE)?;
-        match self.kv_cache_groups.len() {
-            0 => return err("kv_cache_groups", "must name at least one group"),
-            1 => {}
-            n => {
-                // The coordinator keeps several groups (see `kv_cache`), but a
-                // `SchedulerOutput` still carries one block table per request.
-                return err(
-                    "kv_cache_groups",
-                    format!(
-                        "{n} groups: the scheduler's output carries one block table per \
-                         request, so a model must have one KV cache group"
-                    ),
-                );
-            }
-        }
+        self.validate_kv_cache_groups()?;
         if self.num_gpu_blocks < 2 {
             return err(
                 "num_gpu_blocks",

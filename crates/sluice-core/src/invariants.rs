@@ -30,7 +30,6 @@ macro_rules! ensure {
 /// Membership, token accounting and KV-block invariants of the whole state.
 pub fn check_state(s: &Scheduler, phase: Phase) -> Result<(), String> {
     let cfg = &s.config;
-    let b = cfg.block_size;
     let mut seen = HashSet::new();
     for &slot in &s.running {
         ensure!(seen.insert(slot), "slot {slot} twice in running");
@@ -108,34 +107,30 @@ pub fn check_state(s: &Scheduler, phase: Phase) -> Result<(), String> {
             r.num_tokens() < cfg.max_model_len,
             "{id}: reached max_model_len unfinished"
         );
+        check_tables(s, slot as usize, r, phase)?;
         let table = s.kv.block_ids(slot as usize);
-        ensure!(!table.contains(&NULL_BLOCK), "{id}: null block in a table");
-        if r.status == RequestStatus::Running {
-            if phase == Phase::AfterSchedule
-                && r.spec_token_ids.is_empty()
-                && cfg.num_lookahead_tokens == 0
-            {
-                let want = r.num_computed_tokens.min(cfg.max_model_len).div_ceil(b);
+        if r.status == RequestStatus::Running
+            && phase == Phase::AfterUpdate
+            && r.spec_token_ids.is_empty()
+        {
+            ensure!(
+                r.num_computed_tokens < r.num_tokens(),
+                "{id}: nothing left to compute"
+            );
+            if !r.is_prefill_chunk {
                 ensure!(
-                    table.len() == want,
-                    "{id}: table has {} blocks, want {want}",
-                    table.len()
+                    r.num_computed_tokens == r.num_tokens() - 1,
+                    "{id}: decode gap is not 1"
                 );
-            }
-            if phase == Phase::AfterUpdate && r.spec_token_ids.is_empty() {
-                ensure!(
-                    r.num_computed_tokens < r.num_tokens(),
-                    "{id}: nothing left to compute"
-                );
-                if !r.is_prefill_chunk {
-                    ensure!(
-                        r.num_computed_tokens == r.num_tokens() - 1,
-                        "{id}: decode gap is not 1"
-                    );
-                }
             }
         }
-        if s.kv.hasher().is_some() {
+        // One full-attention group: its registered blocks are the request's
+        // hashes (other kinds leave entries null or unregistered).
+        let plain = matches!(
+            s.kv.coordinator(),
+            crate::kv_cache::KvCacheCoordinator::Unitary(_)
+        );
+        if s.kv.hasher().is_some() && plain {
             let cached = s.kv.num_cached_blocks(slot as usize);
             ensure!(
                 cached <= r.block_hashes.len(),
@@ -160,14 +155,72 @@ pub fn check_state(s: &Scheduler, phase: Phase) -> Result<(), String> {
     Ok(())
 }
 
-/// Blocks: conservation and reference counts, over every group's tables.
+/// Each group's table of the request in `slot`: one entry per block of
+/// its computed tokens once scheduled; the null block only where its kind
+/// no longer reads the entry.
+fn check_tables(
+    s: &Scheduler,
+    slot: usize,
+    r: &crate::request::Request,
+    phase: Phase,
+) -> Result<(), String> {
+    let cfg = &s.config;
+    let id = &r.id;
+    for g in 0..s.kv.num_groups() {
+        let group = crate::kv_cache::GroupId(g as u32);
+        let Some(m) = s.kv.coordinator().manager(group) else {
+            continue;
+        };
+        let b = m.block_size();
+        let table = m.block_ids(slot);
+        // Entries become null only once out of the window, which only moves
+        // forward while the request lives.
+        let released = m.num_skipped_tokens(r.num_computed_tokens) / b;
+        if let Some(j) = table
+            .iter()
+            .enumerate()
+            .skip(released)
+            .find(|(_, &blk)| blk == NULL_BLOCK)
+            .map(|(j, _)| j)
+        {
+            return Err(format!(
+                "{id}: null block at entry {j} of group {g}'s table, in its window"
+            ));
+        }
+        if r.status != RequestStatus::Running
+            || phase != Phase::AfterSchedule
+            || !r.spec_token_ids.is_empty()
+            || cfg.num_lookahead_tokens > 0
+        {
+            continue;
+        }
+        let want = r.num_computed_tokens.min(cfg.max_model_len).div_ceil(b);
+        ensure!(
+            table.len() == want,
+            "{id}: group {g}'s table has {} blocks, want {want}",
+            table.len()
+        );
+    }
+    Ok(())
+}
+
+/// Blocks: conservation and reference counts, over every group's tables; a
+/// block is in one group's tables at a time.
 fn check_blocks(s: &Scheduler) -> Result<(), String> {
     let pool = s.kv.pool();
     pool.check_invariants()?;
     let mut refs: HashMap<u32, u32> = HashMap::new();
-    for (_, _, table) in s.kv.tables() {
-        for &blk in table {
+    let mut owner: HashMap<u32, crate::kv_cache::GroupId> = HashMap::new();
+    for (group, _, table) in s.kv.tables() {
+        for &blk in table.iter().filter(|&&b| b != NULL_BLOCK) {
             *refs.entry(blk).or_default() += 1;
+            let g = *owner.entry(blk).or_insert(group);
+            ensure!(
+                g == group,
+                "block {blk} in the tables of groups {} and {}",
+                g.0,
+                group.0
+            );
         }
     }
     for blk in 1..pool.num_blocks() as u32 {
@@ -255,7 +308,7 @@ pub fn check_output(
     }
     for n in &out.scheduled_new_reqs {
         ensure!(
-            n.num_computed_tokens % cfg.block_size == 0,
+            n.num_computed_tokens.is_multiple_of(s.kv.block_size()),
             "{}: hit not block-aligned",
             n.req_id
         );
@@ -270,7 +323,7 @@ pub fn check_output(
     for (i, c) in out.scheduled_cached_reqs.reqs.iter().enumerate() {
         if let Some(blocks) = out.scheduled_cached_reqs.new_block_ids(i) {
             ensure!(
-                !blocks.is_empty(),
+                blocks.iter().any(|g| !g.is_empty()),
                 "{}: empty new_block_ids instead of None",
                 c.req_id
             );

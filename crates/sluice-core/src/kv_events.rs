@@ -41,12 +41,26 @@ pub enum KvCacheEvent {
         lora_id: Option<u64>,
         /// `None` (vLLM: the default medium, GPU).
         medium: Option<String>,
+        /// The group that stored them, for a model of several KV cache
+        /// groups (`None`: one plain full-attention group, no group fields).
+        group: Option<EventGroup>,
     },
     BlockRemoved {
         block_hashes: Vec<ExternalBlockHash>,
         medium: Option<String>,
+        /// The group the hash was registered in (as `group`).
+        group_idx: Option<u32>,
     },
     AllBlocksCleared,
+}
+
+/// What a `BlockStored` says of its group (vLLM's `group_idx`,
+/// `kv_cache_spec_kind`, `kv_cache_spec_sliding_window`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventGroup {
+    pub group_idx: u32,
+    pub kind: &'static str,
+    pub sliding_window: Option<usize>,
 }
 
 fn push_u64s(out: &mut String, xs: impl IntoIterator<Item = u64>) {
@@ -84,6 +98,7 @@ impl KvCacheEvent {
                 block_size,
                 lora_id,
                 medium,
+                group,
             } => {
                 o.push_str("{\"type\":\"BlockStored\",\"block_hashes\":");
                 push_u64s(&mut o, block_hashes.iter().copied());
@@ -96,14 +111,28 @@ impl KvCacheEvent {
                 push_u64s(&mut o, token_ids.iter().map(|&t| u64::from(t)));
                 o.push_str(&format!(",\"block_size\":{block_size}"));
                 push_opt_fields(&mut o, *lora_id, medium.as_deref());
+                if let Some(g) = group {
+                    o.push_str(&format!(
+                        ",\"group_idx\":{},\"kv_cache_spec_kind\":\"{}\",\"kv_cache_spec_sliding_window\":",
+                        g.group_idx, g.kind
+                    ));
+                    match g.sliding_window {
+                        Some(w) => o.push_str(&w.to_string()),
+                        None => o.push_str("null"),
+                    }
+                }
             }
             KvCacheEvent::BlockRemoved {
                 block_hashes,
                 medium,
+                group_idx,
             } => {
                 o.push_str("{\"type\":\"BlockRemoved\",\"block_hashes\":");
                 push_u64s(&mut o, block_hashes.iter().copied());
                 push_opt_fields(&mut o, None, medium.as_deref());
+                if let Some(g) = group_idx {
+                    o.push_str(&format!(",\"group_idx\":{g}"));
+                }
             }
             KvCacheEvent::AllBlocksCleared => o.push_str("{\"type\":\"AllBlocksCleared\""),
         }
@@ -139,10 +168,12 @@ mod tests {
             block_size: 1,
             lora_id: None,
             medium: None,
+            group: None,
         };
         let removed = KvCacheEvent::BlockRemoved {
             block_hashes: vec![7],
             medium: Some("GPU".into()),
+            group_idx: None,
         };
         assert_eq!(
             step_events_json(2, &[stored, removed, KvCacheEvent::AllBlocksCleared]),

@@ -29,6 +29,7 @@ pub mod stats;
 pub mod step_record;
 pub mod step_shape;
 pub mod trace;
+mod trace_groups;
 mod update;
 
 pub use block_hash::{BlockHash, BlockHasher, HashAlgo};

@@ -25,8 +25,9 @@ pub struct NewRequestData {
     pub req_id: RequestId,
     pub prompt_token_ids: Vec<TokenId>,
     pub sampling_params: Arc<SamplingParams>,
-    /// The whole block table, prefix-hit blocks included.
-    pub block_ids: Vec<BlockId>,
+    /// The whole block table of each KV cache group, in group order
+    /// (vLLM's tuple of lists), prefix-hit blocks and null entries included.
+    pub block_ids: Vec<Vec<BlockId>>,
     /// Tokens whose KV is already present (the prefix hit), before this step.
     pub num_computed_tokens: usize,
 }
@@ -41,8 +42,8 @@ pub struct CachedRequest {
     /// Progress before this step.
     pub num_computed_tokens: usize,
     pub num_output_tokens: usize,
-    /// `start..end` into `CachedRequestData::block_ids`; `None` when no block
-    /// was added.
+    /// `start..end` into `CachedRequestData::group_bounds` (one entry per
+    /// group); `None` when no group added a block.
     new_blocks: Option<(u32, u32)>,
     /// For resumed requests: every known token (prompt and outputs), so a
     /// runner that dropped the request on preemption can rebuild it.
@@ -50,29 +51,68 @@ pub struct CachedRequest {
 }
 
 /// Scheduled running requests, then resumed ones (vLLM's `CachedRequestData`).
-/// New block ids live in one flat array so a decode step allocates nothing
-/// per request.
+/// New block ids live in one flat array (with one `start..end` per group
+/// per request) so a decode step allocates nothing per request.
 #[derive(Clone, Debug, Default)]
 pub struct CachedRequestData {
     pub reqs: Vec<CachedRequest>,
     block_ids: Vec<BlockId>,
+    group_bounds: Vec<(u32, u32)>,
+}
+
+/// One request's new block ids, one list per KV cache group in group order
+/// (vLLM's tuple of lists).
+#[derive(Clone, Copy, Debug)]
+pub struct GroupBlockIds<'a> {
+    ids: &'a [BlockId],
+    bounds: &'a [(u32, u32)],
+}
+
+impl<'a> GroupBlockIds<'a> {
+    pub fn num_groups(&self) -> usize {
+        self.bounds.len()
+    }
+
+    /// The ids of group `g` (empty past the last group).
+    pub fn group(&self, g: usize) -> &'a [BlockId] {
+        self.bounds
+            .get(g)
+            .map_or(&[], |&(s, e)| &self.ids[s as usize..e as usize])
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &'a [BlockId]> + 'a {
+        let ids = self.ids;
+        self.bounds
+            .iter()
+            .map(move |&(s, e)| &ids[s as usize..e as usize])
+    }
 }
 
 impl CachedRequestData {
-    pub(crate) fn push(
+    /// `new_blocks`: the request's new block ids of each group, in order.
+    pub(crate) fn push<'b>(
         &mut self,
         req_id: RequestId,
         resumed: bool,
         num_computed_tokens: usize,
         num_output_tokens: usize,
-        new_blocks: &[BlockId],
+        new_blocks: impl IntoIterator<Item = &'b [BlockId]>,
         all_token_ids: Option<Vec<TokenId>>,
     ) {
-        let new_blocks = (!new_blocks.is_empty()).then(|| {
+        let first = self.group_bounds.len() as u32;
+        let mut any = false;
+        for blocks in new_blocks {
             let start = self.block_ids.len() as u32;
-            self.block_ids.extend_from_slice(new_blocks);
-            (start, self.block_ids.len() as u32)
-        });
+            self.block_ids.extend_from_slice(blocks);
+            self.group_bounds.push((start, self.block_ids.len() as u32));
+            any |= !blocks.is_empty();
+        }
+        let new_blocks = if any {
+            Some((first, self.group_bounds.len() as u32))
+        } else {
+            self.group_bounds.truncate(first as usize);
+            None
+        };
         self.reqs.push(CachedRequest {
             req_id,
             resumed,
@@ -95,13 +135,16 @@ impl CachedRequestData {
     pub(crate) fn reserve(&mut self, n: usize) {
         self.reqs.reserve(n);
         self.block_ids.reserve(n);
+        self.group_bounds.reserve(n);
     }
 
-    /// Blocks added for entry `i` (the whole table if it resumed), or `None`.
-    pub fn new_block_ids(&self, i: usize) -> Option<&[BlockId]> {
-        self.reqs[i]
-            .new_blocks
-            .map(|(s, e)| &self.block_ids[s as usize..e as usize])
+    /// Blocks added for entry `i`, per group (the whole tables if it
+    /// resumed), or `None` when no group added one.
+    pub fn new_block_ids(&self, i: usize) -> Option<GroupBlockIds<'_>> {
+        self.reqs[i].new_blocks.map(|(s, e)| GroupBlockIds {
+            ids: &self.block_ids,
+            bounds: &self.group_bounds[s as usize..e as usize],
+        })
     }
 }
 

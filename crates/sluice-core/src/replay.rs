@@ -33,7 +33,22 @@ pub struct StepRecord {
     pub cached_tokens: Vec<(RequestId, usize)>,
     pub finished: Vec<(RequestId, FinishReason)>,
     pub free_blocks: usize,
-    pub new_blocks: Vec<(RequestId, Vec<BlockId>)>,
+    /// Per request, the fresh blocks of each KV cache group in group order.
+    pub new_blocks: Vec<(RequestId, Vec<Vec<BlockId>>)>,
+    /// The trace names its KV cache groups: `new_blocks` is written as one
+    /// list per group (otherwise as group 0's list alone).
+    pub grouped: bool,
+}
+
+fn push_blocks(o: &mut String, blocks: &[BlockId]) {
+    o.push('[');
+    for (i, b) in blocks.iter().enumerate() {
+        if i > 0 {
+            o.push_str(", ");
+        }
+        let _ = write!(o, "{b}");
+    }
+    o.push(']');
 }
 
 fn push_str(out: &mut String, s: &str) {
@@ -97,13 +112,18 @@ impl StepRecord {
             ", \"free_blocks\": {}, \"new_blocks\": ",
             self.free_blocks
         );
-        push_map(&mut o, &self.new_blocks, |o, blocks| {
+        let grouped = self.grouped;
+        push_map(&mut o, &self.new_blocks, |o, groups| {
+            if !grouped {
+                push_blocks(o, groups.first().map_or(&[], Vec::as_slice));
+                return;
+            }
             o.push('[');
-            for (i, b) in blocks.iter().enumerate() {
+            for (i, blocks) in groups.iter().enumerate() {
                 if i > 0 {
                     o.push_str(", ");
                 }
-                let _ = write!(o, "{b}");
+                push_blocks(o, blocks);
             }
             o.push(']');
         });
@@ -174,8 +194,15 @@ impl Replayer {
     ) -> Result<Self, ReplayError> {
         trace.config.enable_kv_cache_events = kv_cache_events;
         trace.config.hash_seed = hash_seed;
-        let scheduler =
+        let mut scheduler =
             Scheduler::new(trace.config.clone()).map_err(|e| ReplayError(format!("config.{e}")))?;
+        if trace.grouped {
+            // The trace names its groups: so do its events, as vLLM's.
+            let c = &trace.config;
+            scheduler
+                .kv
+                .name_groups_in_events(&c.kv_cache_groups, c.block_size);
+        }
         let mut arrivals: Vec<(u64, usize)> = trace
             .requests
             .iter()
@@ -327,7 +354,7 @@ impl Replayer {
         out: &SchedulerOutput,
         finished: Vec<(RequestId, FinishReason)>,
     ) -> StepRecord {
-        let b = self.scheduler.config.block_size;
+        let sizes = self.scheduler.kv.group_block_sizes();
         let mut rec = StepRecord {
             step,
             scheduled: out
@@ -338,28 +365,47 @@ impl Replayer {
             preempted: out.preempted_req_ids.clone(),
             finished,
             free_blocks: self.scheduler.kv.num_free_blocks(),
+            grouped: self.trace.grouped,
             ..StepRecord::default()
+        };
+        // Each group's entries past the prefix hit are this step's fresh
+        // blocks (vLLM's oracle reads them the same way).
+        let fresh = |tables: &mut dyn Iterator<Item = &[BlockId]>, hit: usize| {
+            let lists: Vec<Vec<BlockId>> = tables
+                .zip(&sizes)
+                .map(|(t, &b)| t.get(hit / b..).unwrap_or(&[]).to_vec())
+                .collect();
+            lists.iter().any(|l| !l.is_empty()).then_some(lists)
         };
         for n in &out.scheduled_new_reqs {
             rec.new.push(n.req_id.clone());
             rec.cached_tokens
                 .push((n.req_id.clone(), n.num_computed_tokens));
-            let fresh = &n.block_ids[n.num_computed_tokens / b..];
-            if !fresh.is_empty() {
-                rec.new_blocks.push((n.req_id.clone(), fresh.to_vec()));
+            let mut tables = n.block_ids.iter().map(Vec::as_slice);
+            if let Some(lists) = fresh(&mut tables, n.num_computed_tokens) {
+                rec.new_blocks.push((n.req_id.clone(), lists));
             }
         }
         let cached = &out.scheduled_cached_reqs;
         for (i, c) in cached.reqs.iter().enumerate() {
-            let mut blocks = cached.new_block_ids(i).unwrap_or(&[]);
-            if c.resumed {
+            let Some(blocks) = cached.new_block_ids(i) else {
+                if c.resumed {
+                    rec.resumed.push(c.req_id.clone());
+                    rec.cached_tokens
+                        .push((c.req_id.clone(), c.num_computed_tokens));
+                }
+                continue;
+            };
+            let hit = if c.resumed {
                 rec.resumed.push(c.req_id.clone());
                 rec.cached_tokens
                     .push((c.req_id.clone(), c.num_computed_tokens));
-                blocks = blocks.get(c.num_computed_tokens / b..).unwrap_or(&[]);
-            }
-            if !blocks.is_empty() {
-                rec.new_blocks.push((c.req_id.clone(), blocks.to_vec()));
+                c.num_computed_tokens
+            } else {
+                0
+            };
+            if let Some(lists) = fresh(&mut blocks.iter(), hit) {
+                rec.new_blocks.push((c.req_id.clone(), lists));
             }
         }
         rec

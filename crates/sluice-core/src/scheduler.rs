@@ -77,10 +77,13 @@ impl Scheduler {
         policy: Box<dyn Policy>,
     ) -> Result<Self, ConfigError> {
         config.validate_basic()?;
+        // Hashes are chained at the hash block size: every group's block
+        // ends on one of them.
+        let (_, hash_block_size) = config.block_layout();
         let hasher = config.enable_prefix_caching.then(|| {
             BlockHasher::new(
                 config.prefix_caching_hash_algo,
-                config.block_size,
+                hash_block_size,
                 config.hash_seed.as_deref(),
             )
         });
@@ -88,6 +91,7 @@ impl Scheduler {
             config.num_gpu_blocks,
             config.block_size,
             config.max_model_len,
+            config.max_num_batched_tokens,
             config.watermark,
             hasher,
             &config.kv_cache_groups,
@@ -145,7 +149,7 @@ impl Scheduler {
         }
 
         let mut req = Request::from_new(new, self.kv.hasher());
-        req.reserve_for_outputs(self.config.max_model_len, self.config.block_size);
+        req.reserve_for_outputs(self.config.max_model_len, self.config.block_layout().1);
         let slot = match self.free_slots.pop() {
             Some(s) => s,
             None => {
@@ -259,9 +263,16 @@ impl Scheduler {
         })
     }
 
-    /// The block table of a live request.
+    /// The block table of a live request (group 0's).
     pub fn block_ids(&self, id: &str) -> Option<&[BlockId]> {
         self.ids.get(id).map(|&s| self.kv.block_ids(s as usize))
+    }
+
+    /// The block table of a live request in KV cache group `group`.
+    pub fn group_block_ids(&self, id: &str, group: crate::kv_cache::GroupId) -> Option<&[BlockId]> {
+        self.ids
+            .get(id)
+            .map(|&s| self.kv.group_block_ids(group, s as usize))
     }
 
     pub fn kv_cache_manager(&self) -> &KvCacheManager {

@@ -100,6 +100,9 @@ pub struct Trace {
     pub requests: Vec<TraceRequest>,
     pub aborts: Vec<TraceAbort>,
     pub max_steps: u64,
+    /// The trace names its KV cache groups (`config.kv_cache_groups`): the
+    /// decision log then lists `new_blocks` per group.
+    pub grouped: bool,
 }
 
 struct Obj<'a> {
@@ -265,15 +268,23 @@ impl Trace {
             })?,
             Some(_) => return fail("config.policy", "expected \"fcfs\" or \"priority\""),
         };
+        let block_size = usize_of(c.uint("block_size", None)?);
+        let prefix_caching = c.boolean("enable_prefix_caching", false)?;
+        let groups = crate::trace_groups::parse_kv_cache_groups(
+            c.get("kv_cache_groups"),
+            block_size,
+            prefix_caching,
+        )?;
+        let grouped = groups.is_some();
         let config = SchedulerConfig {
-            block_size: usize_of(c.uint("block_size", None)?),
+            block_size,
             num_gpu_blocks: usize_of(c.uint("num_gpu_blocks", None)?),
             max_num_batched_tokens: usize_of(c.uint("max_num_batched_tokens", None)?),
             max_num_scheduled_tokens: None,
             max_num_seqs: usize_of(c.uint("max_num_seqs", None)?),
             max_model_len: usize_of(c.uint("max_model_len", None)?),
             enable_chunked_prefill: c.boolean("enable_chunked_prefill", false)?,
-            enable_prefix_caching: c.boolean("enable_prefix_caching", false)?,
+            enable_prefix_caching: prefix_caching,
             long_prefill_token_threshold: usize_of(
                 c.uint("long_prefill_token_threshold", Some(0))?,
             ),
@@ -285,7 +296,8 @@ impl Trace {
             hash_seed: None,
             enable_kv_cache_events: false,
             watermark: 0.0,
-            kv_cache_groups: vec![crate::kv_cache::KvCacheGroupSpec::Full],
+            kv_cache_groups: groups
+                .unwrap_or_else(|| vec![crate::kv_cache::KvCacheGroupSpec::FULL]),
         };
         config
             .validate_basic()
@@ -355,6 +367,7 @@ impl Trace {
             requests,
             aborts,
             max_steps,
+            grouped,
         })
     }
 }

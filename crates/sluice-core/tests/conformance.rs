@@ -13,7 +13,11 @@ fn data_dir() -> PathBuf {
 
 /// Replays `name` and returns the first difference from its golden log.
 fn compare(name: &str) -> Result<usize, String> {
-    let dir = data_dir();
+    compare_in(&data_dir(), name)
+}
+
+/// Replays `dir/name.trace.json` against `dir/name.vllm.jsonl`.
+fn compare_in(dir: &Path, name: &str) -> Result<usize, String> {
     let text = std::fs::read_to_string(dir.join(format!("{name}.trace.json")))
         .map_err(|e| e.to_string())?;
     let golden = std::fs::read_to_string(dir.join(format!("{name}.vllm.jsonl")))
@@ -44,7 +48,11 @@ fn compare(name: &str) -> Result<usize, String> {
 }
 
 fn golden_names() -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(data_dir())
+    names_in(&data_dir())
+}
+
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
         .expect("trace data dir")
         .filter_map(|e| {
             let n = e.ok()?.file_name().into_string().ok()?;
@@ -53,6 +61,31 @@ fn golden_names() -> Vec<String> {
         .collect();
     names.sort();
     names
+}
+
+/// The hybrid traces (`tests/data/traces/hybrid/`: sliding-window,
+/// chunked-local and full-attention groups in one pool), block for block,
+/// `new_blocks` per group.
+#[test]
+fn every_hybrid_golden_trace_replays_block_equivalent() {
+    let dir = data_dir().join("hybrid");
+    let names = names_in(&dir);
+    assert!(
+        names.len() >= 16,
+        "expected the hybrid golden traces, found {}",
+        names.len()
+    );
+    let failures: Vec<String> = names
+        .iter()
+        .filter_map(|n| compare_in(&dir, n).err())
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} of {} hybrid traces differ from vLLM:\n{}",
+        failures.len(),
+        names.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]

@@ -30,7 +30,7 @@ fn external_tokens_count_as_computed_and_leave_the_last_token() {
     assert_eq!(out.total_num_scheduled_tokens, 1);
     assert_eq!(out.scheduled_new_reqs[0].num_computed_tokens, 99);
     // Blocks for all 100 tokens (16 per block).
-    assert_eq!(out.scheduled_new_reqs[0].block_ids.len(), 7);
+    assert_eq!(out.scheduled_new_reqs[0].block_ids[0].len(), 7);
     let mut mro = ModelRunnerOutput::with_capacity(1);
     mro.push(&[7]);
     s.update_from_output(&out, &mro);

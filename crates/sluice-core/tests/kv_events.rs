@@ -14,10 +14,16 @@ fn data() -> PathBuf {
 }
 
 fn compare(name: &str) -> Result<usize, String> {
-    let text = std::fs::read_to_string(data().join(format!("traces/{name}.trace.json")))
+    compare_in("", name)
+}
+
+/// Replays `traces/SUB/name.trace.json` against
+/// `kv-events/SUB/name.vllm-kv-events.jsonl` (`sub` empty or ending in `/`).
+fn compare_in(sub: &str, name: &str) -> Result<usize, String> {
+    let text = std::fs::read_to_string(data().join(format!("traces/{sub}{name}.trace.json")))
         .map_err(|e| e.to_string())?;
     let golden =
-        std::fs::read_to_string(data().join(format!("kv-events/{name}.vllm-kv-events.jsonl")))
+        std::fs::read_to_string(data().join(format!("kv-events/{sub}{name}.vllm-kv-events.jsonl")))
             .unwrap_or_default();
     let trace = Trace::from_json(&text).map_err(|e| e.to_string())?;
     let (_, events) = replay_with_kv_events(trace, None).map_err(|e| e.to_string())?;
@@ -78,6 +84,44 @@ fn every_golden_trace_publishes_vllms_kv_events() {
     assert!(
         failures.is_empty(),
         "{} of {} traces differ from vLLM:\n{}",
+        failures.len(),
+        names.len(),
+        failures.join("\n")
+    );
+}
+
+/// The hybrid traces: every event names its group (`group_idx`, and for a
+/// store the group's kind and window), a sliding-window group stores only
+/// the blocks a later hit can use, and publishes a store even when none.
+#[test]
+fn every_hybrid_golden_trace_publishes_vllms_kv_events() {
+    let mut names: Vec<String> = std::fs::read_dir(data().join("traces/hybrid"))
+        .expect("hybrid trace dir")
+        .filter_map(|e| {
+            let n = e.ok()?.file_name().into_string().ok()?;
+            n.strip_suffix(".trace.json").map(str::to_string)
+        })
+        .collect();
+    names.sort();
+    let with_events = names
+        .iter()
+        .filter(|n| {
+            data()
+                .join(format!("kv-events/hybrid/{n}.vllm-kv-events.jsonl"))
+                .exists()
+        })
+        .count();
+    assert!(
+        with_events >= 11,
+        "expected the hybrid kv-events goldens, found {with_events}"
+    );
+    let failures: Vec<String> = names
+        .iter()
+        .filter_map(|n| compare_in("hybrid/", n).err())
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} of {} hybrid traces differ from vLLM:\n{}",
         failures.len(),
         names.len(),
         failures.join("\n")

@@ -87,7 +87,12 @@ fn fcfs_preempts_the_running_tail_and_self_preemption_ends_the_loop() {
     let out = step(&mut s);
     assert_eq!(plan(&out), p(&[("A", 1)]));
     assert_eq!(ids(&out.preempted_req_ids), vec!["B"]);
-    assert_eq!(out.scheduled_cached_reqs.new_block_ids(0), Some(&[5][..]));
+    assert_eq!(
+        out.scheduled_cached_reqs
+            .new_block_ids(0)
+            .map(|g| g.group(0)),
+        Some(&[5][..])
+    );
     assert_eq!(s.kv_cache_manager().num_free_blocks(), 2);
     // B's table [3, 4] was freed last block first: the head is 4, 3.
     let free: Vec<u32> = s.kv_cache_manager().pool().free_queue().iter().collect();

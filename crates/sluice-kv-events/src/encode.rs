@@ -11,8 +11,10 @@
 //!
 //! Events are tagged maps (`tag=True`, not array_like), tag first, fields in
 //! declaration order; `omit_defaults` drops the trailing optional fields
-//! vLLM 0.33 added (`extra_keys`, `group_idx`, ...) since sluice never sets
-//! them, while `lora_id` / `medium` / `lora_name` have no default and are
+//! vLLM 0.33 added (`extra_keys`, `locality`, ...) since sluice never sets
+//! them, and the group fields (`group_idx`, `kv_cache_spec_kind`,
+//! `kv_cache_spec_sliding_window`) unless the model has several KV cache
+//! groups, while `lora_id` / `medium` / `lora_name` have no default and are
 //! always written (nil when absent). Integers and lengths take the smallest
 //! marker; floats are always float64, as msgspec writes them.
 //! tests/encode.rs checks all this against bytes msgspec produced.
@@ -68,8 +70,13 @@ fn encode_event(out: &mut Vec<u8>, event: &KvCacheEvent) {
             block_size,
             lora_id,
             medium,
+            group,
         } => {
-            out.extend_from_slice(&BLOCK_STORED_HEADER);
+            let mut header = BLOCK_STORED_HEADER;
+            if let Some(g) = group {
+                header[2] += 2 + u8::from(g.sliding_window.is_some());
+            }
+            out.extend_from_slice(&header);
             str(out, "type");
             str(out, "BlockStored");
             str(out, "block_hashes");
@@ -87,18 +94,33 @@ fn encode_event(out: &mut Vec<u8>, event: &KvCacheEvent) {
             // sluice has no LoRA adapters, so no name.
             str(out, "lora_name");
             out.push(0xc0);
+            if let Some(g) = group {
+                str(out, "group_idx");
+                uint(out, u64::from(g.group_idx));
+                str(out, "kv_cache_spec_kind");
+                str(out, g.kind);
+                if let Some(w) = g.sliding_window {
+                    str(out, "kv_cache_spec_sliding_window");
+                    uint(out, w as u64);
+                }
+            }
         }
         KvCacheEvent::BlockRemoved {
             block_hashes,
             medium,
+            group_idx,
         } => {
-            out.push(BLOCK_REMOVED_HEADER);
+            out.push(BLOCK_REMOVED_HEADER + u8::from(group_idx.is_some()));
             str(out, "type");
             str(out, "BlockRemoved");
             str(out, "block_hashes");
             uint_list(out, block_hashes.iter().copied());
             str(out, "medium");
             opt_str(out, medium.as_deref());
+            if let Some(g) = group_idx {
+                str(out, "group_idx");
+                uint(out, u64::from(*g));
+            }
         }
         KvCacheEvent::AllBlocksCleared => {
             out.push(ALL_BLOCKS_CLEARED_HEADER);

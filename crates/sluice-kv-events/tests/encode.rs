@@ -32,6 +32,7 @@ fn stored(
         block_size,
         lora_id,
         medium: medium.map(str::to_string),
+        group: None,
     }
 }
 
@@ -39,6 +40,7 @@ fn removed(hashes: Vec<u64>, medium: Option<&str>) -> KvCacheEvent {
     KvCacheEvent::BlockRemoved {
         block_hashes: hashes,
         medium: medium.map(str::to_string),
+        group_idx: None,
     }
 }
 
@@ -167,4 +169,54 @@ fn encodes_byte_for_byte_as_msgspec() {
 
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// With several KV cache groups the events carry vLLM's group fields after
+/// `lora_name` (declaration order; the window only when there is one), and
+/// msgspec's header counts them.
+#[test]
+fn group_fields_follow_lora_name() {
+    use sluice_core::kv_events::EventGroup;
+    let e = KvCacheEvent::BlockStored {
+        block_hashes: vec![1],
+        parent_block_hash: None,
+        token_ids: vec![2],
+        block_size: 16,
+        lora_id: None,
+        medium: None,
+        group: Some(EventGroup {
+            group_idx: 1,
+            kind: "sliding_window",
+            sliding_window: Some(128),
+        }),
+    };
+    let bytes = KvEventBatch {
+        ts: 0.0,
+        events: vec![e],
+        data_parallel_rank: None,
+    }
+    .encode();
+    // array(3), f64 (9 bytes), array(1), then the map16 header.
+    assert_eq!(&bytes[11..14], &[0xde, 0x00, 11]);
+    let tail: Vec<u8> = [
+        &b"\xa9group_idx\x01"[..],
+        b"\xb2kv_cache_spec_kind\xaesliding_window",
+        b"\xbckv_cache_spec_sliding_window\xcc\x80",
+        b"\xc0",
+    ]
+    .concat();
+    assert!(bytes.ends_with(&tail), "{bytes:x?}");
+    let r = KvCacheEvent::BlockRemoved {
+        block_hashes: vec![1],
+        medium: None,
+        group_idx: Some(0),
+    };
+    let bytes = KvEventBatch {
+        ts: 0.0,
+        events: vec![r],
+        data_parallel_rank: None,
+    }
+    .encode();
+    assert_eq!(bytes[11], 0x84);
+    assert!(bytes.ends_with(b"\xa9group_idx\x00\xc0"), "{bytes:x?}");
 }

@@ -39,10 +39,12 @@ fn batch(i: u64, tokens: usize) -> KvEventBatch {
                 block_size: 16,
                 lora_id: None,
                 medium: None,
+                group: None,
             },
             KvCacheEvent::BlockRemoved {
                 block_hashes: vec![i + 7],
                 medium: Some("GPU".into()),
+                group_idx: None,
             },
         ],
         data_parallel_rank: None,

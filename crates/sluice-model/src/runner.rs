@@ -253,7 +253,9 @@ impl<B: ForwardBackend> ModelRunner<B> {
         }
         let num_blocks = self.backend.num_kv_blocks();
         for new in &so.scheduled_new_reqs {
-            check_blocks(&new.req_id, &new.block_ids, num_blocks)?;
+            check_one_group(&new.req_id, new.block_ids.len())?;
+            let table = new.block_ids.first().map_or(&[][..], Vec::as_slice);
+            check_blocks(&new.req_id, table, num_blocks)?;
             let seed = self.next_default_seed();
             let sampler =
                 RequestSampler::new(new.sampling_params.clone(), &new.prompt_token_ids, seed);
@@ -269,7 +271,11 @@ impl<B: ForwardBackend> ModelRunner<B> {
                     c.req_id
                 )
             })?;
-            let new_blocks = cached.new_block_ids(i).unwrap_or(&[]);
+            let groups = cached.new_block_ids(i);
+            if let Some(g) = groups {
+                check_one_group(&c.req_id, g.num_groups())?;
+            }
+            let new_blocks = groups.map_or(&[][..], |g| g.group(0));
             check_blocks(&c.req_id, new_blocks, num_blocks)?;
             state.apply_cached(c, new_blocks)?;
         }
@@ -395,6 +401,19 @@ impl<B: ForwardBackend> ModelRunner<B> {
         }
         Ok(result)
     }
+}
+
+/// The runner keeps one block table per request: a model with several KV
+/// cache groups (sliding-window or chunked-local layers beside full ones)
+/// needs one per group, which it does not have yet.
+fn check_one_group(req_id: &str, num_groups: usize) -> Result<()> {
+    if num_groups > 1 {
+        bail!(
+            "request {req_id}: the scheduler output has {num_groups} KV cache groups; this \
+             model runner supports one"
+        );
+    }
+    Ok(())
 }
 
 fn check_blocks(req_id: &str, blocks: &[u32], num_blocks: usize) -> Result<()> {

@@ -31,7 +31,7 @@ fn block_outside_the_pool_is_an_error() {
             req_id: "r".into(),
             prompt_token_ids: vec![1, 2, 3],
             sampling_params: Arc::new(SamplingParams::greedy(4)),
-            block_ids: vec![1, 99],
+            block_ids: vec![vec![1, 99]],
             num_computed_tokens: 0,
         }],
         ..SchedulerOutput::default()
@@ -42,4 +42,25 @@ fn block_outside_the_pool_is_an_error() {
     d.add("ok", &f.prompts[0].input_ids, greedy_params(4));
     d.run();
     assert_eq!(d.results["ok"].tokens, f.prompts[0].greedy_token_ids[..4]);
+}
+
+#[test]
+fn several_kv_cache_groups_are_refused() {
+    let f = fixture("tiny-qwen2");
+    let mut d = Driver::new(&f.loaded, scheduler_config(16, 32));
+    let so = SchedulerOutput {
+        scheduled_new_reqs: vec![NewRequestData {
+            req_id: "r".into(),
+            prompt_token_ids: vec![1, 2, 3],
+            sampling_params: Arc::new(SamplingParams::greedy(4)),
+            block_ids: vec![vec![1], vec![2]],
+            num_computed_tokens: 0,
+        }],
+        ..SchedulerOutput::default()
+    };
+    let e = d.runner.execute(&so).unwrap_err().to_string();
+    assert!(
+        e.contains("2 KV cache groups") && e.contains("request r"),
+        "{e}"
+    );
 }

@@ -36,6 +36,7 @@ use crate::replica::{Phase, Replica, Routed};
 use crate::router::{ReplicaView, RouteRequest, Router};
 use crate::step::StepTimeModel;
 use sluice_core::block_hash::{BlockHash, BlockHasher};
+use sluice_core::kv_cache::KvCacheGroupSpec;
 use sluice_core::request::RequestId;
 use sluice_core::trace::{Trace, TraceRequest};
 use sluice_core::SchedulerConfig;
@@ -409,9 +410,10 @@ impl<M: StepTimeModel> Simulator<M> {
                     .as_ref()
                     .is_some_and(|r| r.wants_block_hashes()));
         let hasher = wants_hashes.then(|| {
+            // Chained at the hash block size, as the scheduler's.
             BlockHasher::new(
                 self.config.prefix_caching_hash_algo,
-                self.config.block_size,
+                self.config.block_layout().1,
                 self.config.hash_seed.as_deref(),
             )
         });
@@ -683,6 +685,9 @@ impl SimResult {
             requests: trace_requests,
             aborts: Vec::new(),
             max_steps: self.steps.len() as u64 + 1,
+            // Groups beyond the one full-attention group are the config's;
+            // a log of several lists per request only then.
+            grouped: self.config.kv_cache_groups != [KvCacheGroupSpec::FULL],
         }
     }
 }

@@ -190,6 +190,7 @@ fn replay_style_arrivals_make_replays_decisions() {
         requests: trace_reqs,
         aborts: Vec::new(),
         max_steps: 10_000,
+        grouped: false,
     })
     .unwrap();
     let busy: Vec<_> = log.iter().filter(|r| !r.scheduled.is_empty()).collect();

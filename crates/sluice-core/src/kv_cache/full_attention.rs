@@ -1,56 +1,53 @@
 //! Full attention (vLLM's `FullAttentionManager`): a layer reads every
 //! earlier token, so a request's table grows block by block and keeps every
 //! block until the request ends; a prefix-cache hit is the longest run of
-//! registered leading blocks.
+//! registered leading blocks, rounded down to the scheduler block size.
 
-use super::single_type::SingleTypeKvCacheManager;
-use super::GroupId;
+use super::single_type::{push_cached, CacheInput, GroupTables, SingleTypeKvCacheManager};
+use super::{ComputedBlocks, GroupId, KvCacheGroupSpec};
 use crate::block_hash::BlockHash;
 use crate::block_pool::BlockPool;
-use crate::request::{BlockId, TokenId};
+use crate::prefix_cache::CacheKey;
+use crate::request::BlockId;
 
-#[derive(Debug, Default, Clone)]
-struct Table {
-    blocks: Vec<BlockId>,
-    /// Leading blocks of `blocks` already registered in the prefix cache.
-    num_cached: usize,
-}
-
-/// The block tables of one full-attention group, indexed by request slot
-/// (so the per-step hot path never hashes a request id).
 #[derive(Debug)]
 pub struct FullAttentionManager {
-    group: GroupId,
-    block_size: usize,
-    tables: Vec<Table>,
+    t: GroupTables,
 }
 
 impl FullAttentionManager {
+    /// A group whose blocks are hashed at its own block size.
     pub fn new(group: GroupId, block_size: usize) -> Self {
+        Self::with_hash_block_size(group, block_size, block_size)
+    }
+
+    pub fn with_hash_block_size(group: GroupId, block_size: usize, hash_block_size: usize) -> Self {
         FullAttentionManager {
-            group,
-            block_size,
-            tables: Vec::new(),
+            t: GroupTables::new(group, block_size, hash_block_size),
         }
     }
 }
 
 impl SingleTypeKvCacheManager for FullAttentionManager {
     fn group(&self) -> GroupId {
-        self.group
+        self.t.group
+    }
+
+    fn spec(&self) -> KvCacheGroupSpec {
+        KvCacheGroupSpec::FULL.with_block_size(self.t.block_size)
     }
 
     fn block_size(&self) -> usize {
-        self.block_size
+        self.t.block_size
     }
 
     #[inline]
     fn block_ids(&self, slot: usize) -> &[BlockId] {
-        self.tables.get(slot).map_or(&[], |t| &t.blocks)
+        self.t.block_ids(slot)
     }
 
     fn num_cached_blocks(&self, slot: usize) -> usize {
-        self.tables.get(slot).map_or(0, |t| t.num_cached)
+        self.t.num_cached(slot)
     }
 
     fn find_longest_cache_hit(
@@ -58,19 +55,35 @@ impl SingleTypeKvCacheManager for FullAttentionManager {
         pool: &BlockPool,
         hashes: &[BlockHash],
         max_tokens: usize,
-        hit: &mut Vec<BlockId>,
+        alignment: usize,
+        groups: &[GroupId],
+        hit: &mut ComputedBlocks,
     ) -> usize {
-        hit.clear();
-        let max_blocks = (max_tokens / self.block_size).min(hashes.len());
-        for h in &hashes[..max_blocks] {
-            match pool.get_cached_block(h, self.group) {
-                Some(b) => hit.push(b),
-                // Hashes are chained: every later block misses too.
-                None => break,
-            }
+        for &g in groups {
+            hit.list_mut(g).clear();
         }
-        hit.len() * self.block_size
+        let b = self.t.block_size;
+        let max_blocks = (max_tokens / b).min(self.t.num_hashed_blocks(hashes));
+        let mut n = 0;
+        while n < max_blocks {
+            let Some(h) = self.t.hash_of(hashes, n) else {
+                break;
+            };
+            // Hashes are chained: after a miss every later block misses too.
+            if !push_cached(pool, h, groups, hit) {
+                break;
+            }
+            n += 1;
+        }
+        let mut len = n * b;
+        len -= len % alignment.max(1);
+        for &g in groups {
+            hit.list_mut(g).truncate(len.div_ceil(b));
+        }
+        len
     }
+
+    fn remove_skipped_blocks(&mut self, _pool: &mut BlockPool, _slot: usize, _computed: usize) {}
 
     #[inline]
     fn get_num_blocks_to_allocate(
@@ -79,84 +92,72 @@ impl SingleTypeKvCacheManager for FullAttentionManager {
         slot: usize,
         num_tokens: usize,
         hit: &[BlockId],
+        _total_computed: usize,
+        _admission: bool,
     ) -> usize {
-        let held = self.block_ids(slot).len();
-        let required = num_tokens.div_ceil(self.block_size);
-        let evictable = hit.iter().filter(|&&b| pool.ref_cnt(b) == 0).count();
-        required.saturating_sub(held + hit.len()) + evictable
+        self.t
+            .num_blocks_to_allocate(pool, slot, num_tokens, hit, 0, None)
     }
 
-    fn allocate(
+    fn add_hit(
+        &mut self,
+        pool: &mut BlockPool,
+        slot: usize,
+        hit: &[BlockId],
+        _total_computed: usize,
+    ) {
+        self.t.add_hit(pool, slot, hit, 0);
+    }
+
+    fn allocate_new(
         &mut self,
         pool: &mut BlockPool,
         slot: usize,
         num_tokens: usize,
-        hit: &[BlockId],
         reserve_tokens: usize,
     ) -> usize {
-        if slot >= self.tables.len() {
-            self.tables.resize_with(slot + 1, Table::default);
-        }
-        let table = &mut self.tables[slot];
-        if table.blocks.is_empty() {
-            table
-                .blocks
-                .reserve(reserve_tokens.div_ceil(self.block_size));
-        }
-        if !hit.is_empty() {
-            pool.touch(hit);
-            table.blocks.extend_from_slice(hit);
-            table.num_cached = table.blocks.len();
-        }
-        let want = num_tokens
-            .div_ceil(self.block_size)
-            .saturating_sub(table.blocks.len());
-        pool.get_new_blocks(want, &mut table.blocks);
-        want
+        self.t.allocate_new(pool, slot, num_tokens, reserve_tokens)
     }
 
+    /// Every newly full block; then, with blocks larger than the hash block
+    /// size, vLLM's `_cache_partial_tail_block`: the prompt's last hash
+    /// boundary a resend can reach (`prompt − 1`, rounded down to the hash
+    /// block size), when it falls inside a block already computed, becomes a
+    /// second key of that block. Only a finer-grained lookup than these
+    /// kinds make could hit it, but it is published and evicted like any.
     fn cache_blocks(
         &mut self,
         pool: &mut BlockPool,
         slot: usize,
-        hashes: &[BlockHash],
-        tokens: &[TokenId],
+        input: CacheInput<'_>,
         num_tokens: usize,
     ) {
-        let b = self.block_size;
-        let full = num_tokens.min(hashes.len() * b) / b;
-        let Some(table) = self.tables.get_mut(slot) else {
-            return;
-        };
-        if table.num_cached >= full {
+        self.t.cache_blocks(pool, slot, input, num_tokens, |_| true);
+        let stride = self.t.hash_stride;
+        if stride == 1 {
             return;
         }
-        let start = table.num_cached;
-        pool.cache_full_blocks(
-            self.group,
-            &table.blocks[start..full],
-            &hashes[start..full],
-            start.checked_sub(1).map(|p| &hashes[p]),
-            &tokens[start * b..full * b],
-            b,
-        );
-        table.num_cached = full;
+        let b = self.t.block_size;
+        let h = b / stride;
+        let limit = input.boundaries.first().copied().unwrap_or(0);
+        let m = (limit / h).min(input.hashes.len());
+        let boundary = m * h;
+        if boundary == 0 || boundary > num_tokens || boundary.is_multiple_of(b) {
+            return;
+        }
+        let Some(&block) = self.t.block_ids(slot).get(boundary / b) else {
+            return;
+        };
+        let key = CacheKey::new(input.hashes[m - 1], self.t.group);
+        let parent = m.checked_sub(2).map(|p| &input.hashes[p]);
+        pool.cache_partial_block(block, key, parent, &input.tokens[boundary - h..boundary]);
     }
 
     fn free(&mut self, pool: &mut BlockPool, slot: usize) {
-        if let Some(t) = self.tables.get_mut(slot) {
-            pool.free_blocks(t.blocks.iter().rev().copied());
-            t.blocks.clear();
-            t.num_cached = 0;
-        }
+        self.t.free(pool, slot);
     }
 
     fn tables(&self) -> Box<dyn Iterator<Item = (usize, &[BlockId])> + '_> {
-        Box::new(
-            self.tables
-                .iter()
-                .enumerate()
-                .map(|(i, t)| (i, t.blocks.as_slice())),
-        )
+        self.t.iter()
     }
 }

@@ -2,29 +2,34 @@
 //!
 //! "What is already cached for this request?" (`get_computed_blocks`, no
 //! side effects) and "give me room for `n` more tokens" (`allocate_slots`,
-//! which either succeeds completely or changes nothing). It owns every
+//! which either succeeds completely or takes no block; a failed attempt may
+//! still release blocks no layer reads any more, as vLLM's). It owns every
 //! block table; the scheduler only ever holds block ids it reads back from
 //! here.
 //!
 //! Shaped as vLLM 0.33's: this facade (`KVCacheManager`: the admission
 //! gate, the watermark, prefix-cache stats) over a [`KvCacheCoordinator`]
 //! of the model's KV cache groups ([`KvCacheGroupSpec`]), each kept by its
-//! own [`SingleTypeKvCacheManager`] over one shared [`BlockPool`]. Today's
-//! models have one full-attention group; another kind of attention is one
-//! more manager.
+//! own [`SingleTypeKvCacheManager`] over one shared [`BlockPool`]: full
+//! attention, sliding window and chunked local attention, each in its own
+//! file; another kind of attention is one more manager.
 //!
 //! Tables are indexed by the scheduler's request slot so that the per-step
 //! hot path does no hashing of request ids.
 
+mod chunked_local;
 mod coordinator;
 mod full_attention;
 mod group;
 mod single_type;
+mod sliding_window;
 
-pub use coordinator::{ComputedBlocks, KvCacheCoordinator};
+pub use chunked_local::ChunkedLocalAttentionManager;
+pub use coordinator::{ComputedBlocks, FreshBlocks, GroupsCoordinator, KvCacheCoordinator};
 pub use full_attention::FullAttentionManager;
-pub use group::{GroupId, KvCacheGroupSpec};
-pub use single_type::SingleTypeKvCacheManager;
+pub use group::{block_layout, AttentionKind, GroupId, KvCacheGroupSpec};
+pub use single_type::{CacheInput, GroupTables, SingleTypeKvCacheManager};
+pub use sliding_window::SlidingWindowManager;
 
 use crate::block_hash::BlockHasher;
 use crate::block_pool::BlockPool;
@@ -61,6 +66,9 @@ pub struct KvCacheManager {
     watermark_blocks: usize,
     hasher: Option<BlockHasher>,
     stats: PrefixCacheStats,
+    /// Per slot: the shared-prefix boundary of the lookup that admitted the
+    /// request (0: none), a position a sliding-window group keeps cached.
+    shared_prefix_boundary: Vec<usize>,
 }
 
 impl KvCacheManager {
@@ -76,30 +84,56 @@ impl KvCacheManager {
         watermark: f64,
         hasher: Option<BlockHasher>,
     ) -> Result<Self, FieldError> {
-        Self::with_groups(
+        let unitary = FullAttentionManager::new(GroupId(0), block_size.max(1));
+        Self::build(
             num_blocks,
             block_size,
             max_model_len,
             watermark,
             hasher,
-            &[KvCacheGroupSpec::Full],
+            KvCacheCoordinator::Unitary(unitary),
         )
     }
 
     /// One manager per entry of `groups`, in order, over one pool.
+    /// `block_size` is the default group block size; the manager's own is
+    /// their least common multiple (`block_layout`), and `hasher` must chain
+    /// hashes at their greatest common divisor. `max_num_batched_tokens`
+    /// sizes the admission caps of the kinds that recycle blocks.
     pub fn with_groups(
         num_blocks: usize,
         block_size: usize,
         max_model_len: usize,
+        max_num_batched_tokens: usize,
         watermark: f64,
         hasher: Option<BlockHasher>,
         groups: &[KvCacheGroupSpec],
     ) -> Result<Self, FieldError> {
-        if let [KvCacheGroupSpec::Full] = groups {
-            let unitary = FullAttentionManager::new(GroupId(0), block_size.max(1));
+        if groups.is_empty() {
+            return Err(FieldError::new("kv_cache_groups", "must not be empty"));
+        }
+        if block_size == 0 {
+            return Err(FieldError::new("block_size", "must be at least 1"));
+        }
+        for (g, spec) in groups.iter().enumerate() {
+            let b = spec.block_size_or(block_size);
+            if b == 0 {
+                return Err(FieldError::new(
+                    "kv_cache_groups",
+                    format!("group {g}: block_size must be at least 1"),
+                ));
+            }
+            at_most("block_size", b, MAX_BLOCK_SIZE)?;
+        }
+        let caching = hasher.is_some();
+        let (sched_bs, hash_bs) = block_layout(groups, block_size, caching);
+        at_most("block_size", sched_bs, MAX_BLOCK_SIZE)?;
+        if groups.len() == 1 && groups[0].kind == AttentionKind::Full {
+            let b = groups[0].block_size_or(block_size);
+            let unitary = FullAttentionManager::new(GroupId(0), b);
             return Self::build(
                 num_blocks,
-                block_size,
+                b,
                 max_model_len,
                 watermark,
                 hasher,
@@ -110,26 +144,61 @@ impl KvCacheManager {
             .iter()
             .enumerate()
             .map(|(g, spec)| -> Box<dyn SingleTypeKvCacheManager> {
-                match spec {
-                    KvCacheGroupSpec::Full => {
-                        Box::new(FullAttentionManager::new(GroupId(g as u32), block_size))
+                let id = GroupId(g as u32);
+                let b = spec.block_size_or(block_size);
+                match spec.kind {
+                    AttentionKind::Full => {
+                        Box::new(FullAttentionManager::with_hash_block_size(id, b, hash_bs))
+                    }
+                    AttentionKind::SlidingWindow { window } => Box::new(SlidingWindowManager::new(
+                        id,
+                        window,
+                        b,
+                        hash_bs,
+                        max_num_batched_tokens,
+                        max_model_len,
+                    )),
+                    AttentionKind::ChunkedLocal { chunk } => {
+                        Box::new(ChunkedLocalAttentionManager::new(
+                            id,
+                            chunk,
+                            b,
+                            hash_bs,
+                            max_num_batched_tokens,
+                            max_model_len,
+                        ))
                     }
                 }
             })
             .collect();
-        Self::with_managers(
+        let mut kv = Self::with_managers(
             num_blocks,
-            block_size,
+            sched_bs,
             max_model_len,
             watermark,
             hasher,
             managers,
-        )
+        )?;
+        // A model of several groups: its events name their group.
+        kv.name_groups_in_events(groups, block_size);
+        Ok(kv)
+    }
+
+    /// KV cache events name their group and its spec (vLLM's `group_idx`,
+    /// `kv_cache_spec_kind`, `kv_cache_spec_sliding_window`): always with
+    /// several groups, and for one group when the caller wants the fields
+    /// (a trace that names its groups).
+    pub fn name_groups_in_events(&mut self, groups: &[KvCacheGroupSpec], block_size: usize) {
+        let specs = groups
+            .iter()
+            .map(|g| g.with_block_size(g.block_size_or(block_size)))
+            .collect();
+        self.pool.set_group_specs(specs);
     }
 
     /// Over managers built elsewhere (a kind of attention this crate does
     /// not know yet, a test's): manager `i` must keep group `i`, with
-    /// blocks of `block_size` tokens.
+    /// blocks dividing `block_size` (the scheduler block size).
     pub fn with_managers(
         num_blocks: usize,
         block_size: usize,
@@ -148,24 +217,31 @@ impl KvCacheManager {
                     format!("manager {g} keeps group {}", m.group().0),
                 ));
             }
-            if m.block_size() != block_size {
+            if m.block_size() == 0 || !block_size.is_multiple_of(m.block_size()) {
                 return Err(FieldError::new(
                     "kv_cache_groups",
                     format!(
-                        "group {g} has blocks of {} tokens, the scheduler's are {block_size}; \
-                         groups of other block sizes are not supported",
+                        "group {g} has blocks of {} tokens, which do not divide the \
+                         scheduler's {block_size}",
                         m.block_size()
                     ),
                 ));
             }
         }
+        let caching = hasher.is_some();
+        let groups = GroupsCoordinator::new(managers, block_size);
+        let coordinator = if caching {
+            KvCacheCoordinator::Hybrid(groups)
+        } else {
+            KvCacheCoordinator::NoPrefixCache(groups)
+        };
         Self::build(
             num_blocks,
             block_size,
             max_model_len,
             watermark,
             hasher,
-            KvCacheCoordinator::Hybrid(managers),
+            coordinator,
         )
     }
 
@@ -196,9 +272,12 @@ impl KvCacheManager {
             watermark_blocks: (watermark * num_blocks as f64).floor() as usize,
             hasher,
             stats: PrefixCacheStats::default(),
+            shared_prefix_boundary: Vec::new(),
         })
     }
 
+    /// The scheduler block size: the least common multiple of the groups'
+    /// (a hit is a whole number of blocks in every group).
     pub fn block_size(&self) -> usize {
         self.block_size
     }
@@ -221,6 +300,14 @@ impl KvCacheManager {
         self.pool.usage()
     }
 
+    /// Each group's block size, in group order.
+    pub fn group_block_sizes(&self) -> Vec<usize> {
+        (0..self.num_groups())
+            .filter_map(|g| self.coordinator.manager(GroupId(g as u32)))
+            .map(|m| m.block_size())
+            .collect()
+    }
+
     /// The block table of the request in `slot`, in group 0.
     #[inline]
     pub fn block_ids(&self, slot: usize) -> &[BlockId] {
@@ -240,7 +327,8 @@ impl KvCacheManager {
 
     /// The longest prefix-cache hit for `req` that leaves at least one
     /// token to compute (its logits are needed), its blocks per group in
-    /// `hit`. Returns the hit in tokens, a multiple of the block size.
+    /// `hit`. Returns the hit in tokens, a multiple of the scheduler block
+    /// size.
     pub fn get_computed_blocks(&self, req: &Request, hit: &mut ComputedBlocks) -> usize {
         hit.clear();
         if self.hasher.is_none() || !req.reads_prefix_cache() {
@@ -251,26 +339,23 @@ impl KvCacheManager {
             .find_longest_cache_hit(&self.pool, &req.block_hashes, max_len, hit)
     }
 
-    /// Makes room for `r.num_new_tokens` more tokens of `req` in the table
-    /// of `slot` (see [`SlotRequest`]). Returns the number of group 0's
+    /// Makes room for `r.num_new_tokens` more tokens of `req` in the tables
+    /// of `slot` (see [`SlotRequest`]). Returns the number of each group's
     /// freshly popped blocks, now at the end of its table, or `None` with
-    /// no side effect when the pool is too small.
+    /// no allocation when the pool is too small (blocks out of a window may
+    /// still have been released, as in vLLM).
     pub fn allocate_slots(
         &mut self,
         slot: usize,
         req: &Request,
         r: SlotRequest<'_>,
-    ) -> Option<usize> {
+    ) -> Option<FreshBlocks> {
         debug_assert!(
             r.num_new_tokens > 0 || r.num_new_computed_tokens > 0,
             "nothing to allocate"
         );
-        // Blocks the layers no longer read go back first, so they count as
-        // free (and go even when the allocation then fails, as in vLLM).
-        self.coordinator
-            .remove_skipped_blocks(&mut self.pool, slot, req.num_computed_tokens);
-        let total_computed =
-            (req.num_computed_tokens + r.num_new_computed_tokens).min(self.max_model_len);
+        let local_computed = req.num_computed_tokens + r.num_new_computed_tokens;
+        let total_computed = local_computed.min(self.max_model_len);
         let watermark = if r.has_scheduled_reqs
             && matches!(
                 req.status,
@@ -280,27 +365,36 @@ impl KvCacheManager {
         } else {
             0
         };
-        let free = self.pool.num_free_blocks();
         let hit = r.new_computed_blocks;
         if r.full_sequence_must_fit {
             let full = req.num_tokens().min(self.max_model_len);
-            if self
-                .coordinator
-                .get_num_blocks_to_allocate(&self.pool, slot, full, hit)
-                + watermark
-                > free
-            {
+            let need = self.coordinator.get_num_blocks_to_allocate(
+                &self.pool,
+                slot,
+                full,
+                hit,
+                total_computed,
+                true,
+            );
+            if need + watermark > self.pool.num_free_blocks() {
                 return None;
             }
         }
+        // Blocks the layers no longer read go back before counting, so they
+        // count as free (and go even when the allocation then fails).
+        self.coordinator
+            .remove_skipped_blocks(&mut self.pool, slot, total_computed);
         let slot_tokens =
             (total_computed + r.num_new_tokens + r.num_lookahead_tokens).min(self.max_model_len);
-        if self
-            .coordinator
-            .get_num_blocks_to_allocate(&self.pool, slot, slot_tokens, hit)
-            + watermark
-            > free
-        {
+        let need = self.coordinator.get_num_blocks_to_allocate(
+            &self.pool,
+            slot,
+            slot_tokens,
+            hit,
+            local_computed,
+            false,
+        );
+        if need + watermark > self.pool.num_free_blocks() {
             return None;
         }
 
@@ -313,9 +407,19 @@ impl KvCacheManager {
             .saturating_add(req.max_tokens())
             .min(self.max_model_len)
             + r.num_lookahead_tokens;
-        let fresh = self
-            .coordinator
-            .allocate(&mut self.pool, slot, slot_tokens, hit, reserve);
+        if let Some(h) = hit {
+            if slot >= self.shared_prefix_boundary.len() {
+                self.shared_prefix_boundary.resize(slot + 1, 0);
+            }
+            self.shared_prefix_boundary[slot] = h.shared_prefix_boundary;
+        }
+        let fresh = self.coordinator.allocate(
+            &mut self.pool,
+            slot,
+            slot_tokens,
+            hit.map(|h| (h, local_computed)),
+            reserve,
+        );
         let to_cache = (total_computed + r.num_new_tokens).min(req.num_tokens());
         self.cache_blocks(slot, req, to_cache);
         Some(fresh)
@@ -323,24 +427,36 @@ impl KvCacheManager {
 
     /// Registers the request's full blocks among its first `num_tokens`
     /// tokens in the prefix cache (incrementally: only blocks not yet
-    /// registered), in every group.
+    /// registered), in every group, each keeping what its kind can hit.
     pub fn cache_blocks(&mut self, slot: usize, req: &Request, num_tokens: usize) {
         if self.hasher.is_none() {
             return;
         }
-        self.coordinator.cache_blocks(
-            &mut self.pool,
-            slot,
-            &req.block_hashes,
-            req.all_token_ids(),
-            num_tokens,
-        );
+        let mut boundaries = [req.num_prompt_tokens.saturating_sub(1), 0];
+        let mut n = 1;
+        if let Some(&f) = self.shared_prefix_boundary.get(slot) {
+            if f > 0 {
+                boundaries[1] = f;
+                n = 2;
+            }
+        }
+        let input = CacheInput {
+            hashes: &req.block_hashes,
+            tokens: req.all_token_ids(),
+            boundaries: &boundaries[..n],
+            alignment: self.block_size,
+        };
+        self.coordinator
+            .cache_blocks(&mut self.pool, slot, input, num_tokens);
     }
 
     /// Frees the request's blocks (each group's table last block first,
     /// group after group) and forgets its tables.
     pub fn free(&mut self, slot: usize) {
         self.coordinator.free(&mut self.pool, slot);
+        if let Some(f) = self.shared_prefix_boundary.get_mut(slot) {
+            *f = 0;
+        }
     }
 
     /// Counts an admission's lookup (only admissions are counted, so a

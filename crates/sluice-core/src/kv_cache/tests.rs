@@ -24,7 +24,7 @@ fn a_fully_cached_prompt_still_computes_its_last_token() {
     let a = request(&m, (0..32).collect());
     assert_eq!(
         m.allocate_slots(0, &a, slot_request(32, 0, None, true)),
-        Some(2)
+        Some(smallvec::smallvec![2])
     );
     let b = request(&m, (0..32).collect());
     let mut hit = ComputedBlocks::new(1);
@@ -62,7 +62,7 @@ fn hits_revive_freed_blocks_and_the_gate_counts_them() {
     let a = request(&m, (0..10).collect());
     assert_eq!(
         m.allocate_slots(0, &a, slot_request(10, 0, None, true)),
-        Some(3)
+        Some(smallvec::smallvec![3])
     );
     assert_eq!(m.block_ids(0), &[1, 2, 3]);
     m.free(0);
@@ -75,7 +75,7 @@ fn hits_revive_freed_blocks_and_the_gate_counts_them() {
     // Gate: 3 - 2 held/hit + 2 evictable hit blocks = 3 <= 9.
     assert_eq!(
         m.allocate_slots(1, &b, slot_request(2, 8, Some(&hit), true)),
-        Some(1)
+        Some(smallvec::smallvec![1])
     );
     assert_eq!(m.block_ids(1), &[1, 2, 3]);
     assert_eq!(m.num_free_blocks(), 6);
@@ -110,7 +110,7 @@ fn full_sequence_gate_needs_room_for_every_known_token() {
     // Without the gate, the first chunk fits.
     assert_eq!(
         m.allocate_slots(0, &a, slot_request(4, 0, None, false)),
-        Some(1)
+        Some(smallvec::smallvec![1])
     );
 }
 

@@ -20,6 +20,7 @@ mod running;
 mod waiting;
 
 use crate::kv_cache::ComputedBlocks;
+use crate::kv_cache::FreshBlocks;
 use crate::output::SchedulerOutput;
 use crate::request::TokenId;
 use crate::scheduler::{PauseState, Scheduler};
@@ -31,8 +32,8 @@ use std::collections::VecDeque;
 pub(crate) struct StepScratch {
     /// (slot, tokens) in scheduling order.
     scheduled: Vec<(u32, usize)>,
-    /// (slot, fresh blocks) of scheduled running requests.
-    running_scheduled: Vec<(u32, usize)>,
+    /// (slot, fresh blocks per group) of scheduled running requests.
+    running_scheduled: Vec<(u32, FreshBlocks)>,
     new_reqs: Vec<u32>,
     resumed_reqs: Vec<u32>,
     hit_blocks: ComputedBlocks,

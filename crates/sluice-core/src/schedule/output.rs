@@ -4,6 +4,7 @@
 //! last step.
 
 use super::StepScratch;
+use crate::kv_cache::GroupId;
 use crate::output::{
     CachedRequestData, NewRequestData, ReqHandle, ScheduledRequest, SchedulerOutput,
 };
@@ -35,7 +36,13 @@ impl Scheduler {
                     req_id: req.id.clone(),
                     prompt_token_ids: req.prompt_token_ids().to_vec(),
                     sampling_params: req.sampling_params.clone(),
-                    block_ids: self.kv.block_ids(slot as usize).to_vec(),
+                    block_ids: (0..self.kv.num_groups())
+                        .map(|g| {
+                            self.kv
+                                .group_block_ids(GroupId(g as u32), slot as usize)
+                                .to_vec()
+                        })
+                        .collect(),
                     num_computed_tokens: req.num_computed_tokens,
                 }
             })
@@ -43,26 +50,32 @@ impl Scheduler {
 
         let mut cached = CachedRequestData::default();
         cached.reserve(s.running_scheduled.len() + s.resumed_reqs.len());
-        for &(slot, fresh) in &s.running_scheduled {
-            let req = self.req(slot);
-            let table = self.kv.block_ids(slot as usize);
+        let kv = &self.kv;
+        for (slot, fresh) in &s.running_scheduled {
+            let req = self.req(*slot);
+            let tails = fresh.iter().enumerate().map(|(g, &n)| {
+                let table = kv.group_block_ids(GroupId(g as u32), *slot as usize);
+                &table[table.len() - n..]
+            });
             cached.push(
                 req.id.clone(),
                 false,
                 req.num_computed_tokens,
                 req.num_output_tokens(),
-                &table[table.len() - fresh..],
+                tails,
                 None,
             );
         }
         for &slot in &s.resumed_reqs {
             let req = self.req(slot);
+            let tables =
+                (0..kv.num_groups()).map(|g| kv.group_block_ids(GroupId(g as u32), slot as usize));
             cached.push(
                 req.id.clone(),
                 true,
                 req.num_computed_tokens,
                 req.num_output_tokens(),
-                self.kv.block_ids(slot as usize),
+                tables,
                 Some(req.all_token_ids.clone()),
             );
         }

@@ -4,7 +4,7 @@
 //! itself was the victim.
 
 use super::{Budget, StepScratch};
-use crate::kv_cache::SlotRequest;
+use crate::kv_cache::{FreshBlocks, SlotRequest};
 use crate::scheduler::Scheduler;
 
 impl Scheduler {
@@ -18,7 +18,7 @@ impl Scheduler {
         slot: u32,
         n: usize,
         i: &mut usize,
-    ) -> Option<usize> {
+    ) -> Option<FreshBlocks> {
         loop {
             let req = self.slots[slot as usize].req.as_ref().expect("live slot");
             let request = SlotRequest {
@@ -41,7 +41,7 @@ impl Scheduler {
             }
             // Undo the victim's scheduling earlier in this step (never under
             // FCFS: its victim is the tail, not reached yet).
-            if let Some(pos) = s.running_scheduled.iter().position(|&(v, _)| v == victim) {
+            if let Some(pos) = s.running_scheduled.iter().position(|(v, _)| *v == victim) {
                 s.running_scheduled.remove(pos);
                 let pos = s.scheduled.iter().position(|&(v, _)| v == victim);
                 let (_, restored) = s.scheduled.remove(pos.expect("scheduled entry"));

@@ -70,7 +70,7 @@ impl Scheduler {
             let request = SlotRequest {
                 num_new_tokens: external + n,
                 num_new_computed_tokens: hit,
-                new_computed_blocks: (!s.hit_blocks.is_empty()).then_some(&s.hit_blocks),
+                new_computed_blocks: lookup.then_some(&s.hit_blocks),
                 num_lookahead_tokens: b.lookahead,
                 full_sequence_must_fit: self.config.reserve_full_sequence,
                 has_scheduled_reqs: has_scheduled,

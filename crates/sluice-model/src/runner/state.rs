@@ -35,7 +35,8 @@ impl RequestState {
             params: new.sampling_params.clone(),
             token_ids: new.prompt_token_ids.clone(),
             num_prompt_tokens: new.prompt_token_ids.len(),
-            block_table: new.block_ids.clone(),
+            // One group (`update_states` refuses more): its table.
+            block_table: new.block_ids.first().cloned().unwrap_or_default(),
             num_computed_tokens: new.num_computed_tokens,
             num_prompt_logprobs_done: 0,
             uses_grammar: false,
