@@ -8,7 +8,6 @@ use super::{ComputedBlocks, GroupId, KvCacheGroupSpec};
 use crate::block_hash::BlockHash;
 use crate::block_pool::BlockPool;
 use crate::prefix_cache::CacheKey;
-use crate::request::BlockId;
 
 #[derive(Debug)]
 pub struct FullAttentionManager {
@@ -29,25 +28,16 @@ impl FullAttentionManager {
 }
 
 impl SingleTypeKvCacheManager for FullAttentionManager {
-    fn group(&self) -> GroupId {
-        self.t.group
+    fn group_tables(&self) -> &GroupTables {
+        &self.t
+    }
+
+    fn group_tables_mut(&mut self) -> &mut GroupTables {
+        &mut self.t
     }
 
     fn spec(&self) -> KvCacheGroupSpec {
         KvCacheGroupSpec::FULL.with_block_size(self.t.block_size)
-    }
-
-    fn block_size(&self) -> usize {
-        self.t.block_size
-    }
-
-    #[inline]
-    fn block_ids(&self, slot: usize) -> &[BlockId] {
-        self.t.block_ids(slot)
-    }
-
-    fn num_cached_blocks(&self, slot: usize) -> usize {
-        self.t.num_cached(slot)
     }
 
     fn find_longest_cache_hit(
@@ -83,42 +73,6 @@ impl SingleTypeKvCacheManager for FullAttentionManager {
         len
     }
 
-    fn remove_skipped_blocks(&mut self, _pool: &mut BlockPool, _slot: usize, _computed: usize) {}
-
-    #[inline]
-    fn get_num_blocks_to_allocate(
-        &self,
-        pool: &BlockPool,
-        slot: usize,
-        num_tokens: usize,
-        hit: &[BlockId],
-        _total_computed: usize,
-        _admission: bool,
-    ) -> usize {
-        self.t
-            .num_blocks_to_allocate(pool, slot, num_tokens, hit, 0, None)
-    }
-
-    fn add_hit(
-        &mut self,
-        pool: &mut BlockPool,
-        slot: usize,
-        hit: &[BlockId],
-        _total_computed: usize,
-    ) {
-        self.t.add_hit(pool, slot, hit, 0);
-    }
-
-    fn allocate_new(
-        &mut self,
-        pool: &mut BlockPool,
-        slot: usize,
-        num_tokens: usize,
-        reserve_tokens: usize,
-    ) -> usize {
-        self.t.allocate_new(pool, slot, num_tokens, reserve_tokens)
-    }
-
     /// Every newly full block; then, with blocks larger than the hash block
     /// size, vLLM's `_cache_partial_tail_block`: the prompt's last hash
     /// boundary a resend can reach (`prompt − 1`, rounded down to the hash
@@ -151,13 +105,5 @@ impl SingleTypeKvCacheManager for FullAttentionManager {
         let key = CacheKey::new(input.hashes[m - 1], self.t.group);
         let parent = m.checked_sub(2).map(|p| &input.hashes[p]);
         pool.cache_partial_block(block, key, parent, &input.tokens[boundary - h..boundary]);
-    }
-
-    fn free(&mut self, pool: &mut BlockPool, slot: usize) {
-        self.t.free(pool, slot);
-    }
-
-    fn tables(&self) -> Box<dyn Iterator<Item = (usize, &[BlockId])> + '_> {
-        self.t.iter()
     }
 }

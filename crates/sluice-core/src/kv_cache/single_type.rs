@@ -32,21 +32,44 @@ pub struct CacheInput<'a> {
     pub alignment: usize,
 }
 
+/// A kind of attention's rules over its group's tables. A kind says what
+/// differs — its hit rule, the tokens it no longer reads, its admission
+/// cap, which blocks it registers — and inherits the rest, written once
+/// over [`GroupTables`] (as vLLM's subclasses over their base class).
 pub trait SingleTypeKvCacheManager: Debug + Send {
-    /// The group this manager keeps tables for.
-    fn group(&self) -> GroupId;
+    /// The tables this manager keeps (the bookkeeping every kind shares).
+    fn group_tables(&self) -> &GroupTables;
+
+    fn group_tables_mut(&mut self) -> &mut GroupTables;
 
     /// The group's spec (its kind and block size).
     fn spec(&self) -> KvCacheGroupSpec;
 
+    /// The group this manager keeps tables for.
+    fn group(&self) -> GroupId {
+        self.group_tables().group
+    }
+
     /// Tokens per block of this group.
-    fn block_size(&self) -> usize;
+    fn block_size(&self) -> usize {
+        self.group_tables().block_size
+    }
 
     /// The block table of the request in `slot` (empty when it has none).
-    fn block_ids(&self, slot: usize) -> &[BlockId];
+    fn block_ids(&self, slot: usize) -> &[BlockId] {
+        self.group_tables().block_ids(slot)
+    }
 
     /// Leading blocks of the table already registered in the prefix cache.
-    fn num_cached_blocks(&self, slot: usize) -> usize;
+    fn num_cached_blocks(&self, slot: usize) -> usize {
+        self.group_tables().num_cached(slot)
+    }
+
+    /// Leading blocks no layer of this kind reads once `num_computed_tokens`
+    /// are computed.
+    fn num_skipped_blocks(&self, num_computed_tokens: usize) -> usize {
+        self.num_skipped_tokens(num_computed_tokens) / self.block_size()
+    }
 
     /// Tokens no layer of this kind reads any more once
     /// `num_computed_tokens` are computed (vLLM's `get_num_skipped_tokens`).
@@ -85,7 +108,12 @@ pub trait SingleTypeKvCacheManager: Debug + Send {
         pool: &mut BlockPool,
         slot: usize,
         num_computed_tokens: usize,
-    );
+    ) {
+        let skipped = self.num_skipped_blocks(num_computed_tokens);
+        if skipped > 0 {
+            self.group_tables_mut().remove_leading(pool, slot, skipped);
+        }
+    }
 
     /// Blocks the table of `slot` must take from the free queue to hold
     /// `num_tokens` tokens after adopting `hit` (a first allocation's prefix
@@ -99,7 +127,16 @@ pub trait SingleTypeKvCacheManager: Debug + Send {
         hit: &[BlockId],
         total_computed: usize,
         admission: bool,
-    ) -> usize;
+    ) -> usize {
+        let skipped = self.num_skipped_blocks(total_computed);
+        let cap = if admission {
+            self.admission_cap_blocks()
+        } else {
+            None
+        };
+        self.group_tables()
+            .num_blocks_to_allocate(pool, slot, num_tokens, hit, skipped, cap)
+    }
 
     /// Adopts `hit` as the start of a new table (entries the kind no longer
     /// reads at `total_computed` become the null block).
@@ -109,7 +146,10 @@ pub trait SingleTypeKvCacheManager: Debug + Send {
         slot: usize,
         hit: &[BlockId],
         total_computed: usize,
-    );
+    ) {
+        let skipped = self.num_skipped_blocks(total_computed);
+        self.group_tables_mut().add_hit(pool, slot, hit, skipped);
+    }
 
     /// Takes fresh blocks from the pool so the table holds `num_tokens`
     /// tokens; `reserve_tokens` sizes a new table so it never reallocates.
@@ -121,7 +161,10 @@ pub trait SingleTypeKvCacheManager: Debug + Send {
         slot: usize,
         num_tokens: usize,
         reserve_tokens: usize,
-    ) -> usize;
+    ) -> usize {
+        self.group_tables_mut()
+            .allocate_new(pool, slot, num_tokens, reserve_tokens)
+    }
 
     /// Registers the full blocks among the first `num_tokens` tokens in the
     /// prefix cache (incrementally: blocks not yet registered), those the
@@ -135,10 +178,14 @@ pub trait SingleTypeKvCacheManager: Debug + Send {
     );
 
     /// Frees the table of `slot`, last entry first, and forgets it.
-    fn free(&mut self, pool: &mut BlockPool, slot: usize);
+    fn free(&mut self, pool: &mut BlockPool, slot: usize) {
+        self.group_tables_mut().free(pool, slot);
+    }
 
     /// Every table, by slot (for the invariant checks).
-    fn tables(&self) -> Box<dyn Iterator<Item = (usize, &[BlockId])> + '_>;
+    fn tables(&self) -> Box<dyn Iterator<Item = (usize, &[BlockId])> + '_> {
+        self.group_tables().iter()
+    }
 }
 
 #[derive(Debug, Default, Clone)]

@@ -10,7 +10,6 @@ use super::single_type::{push_cached, CacheInput, GroupTables, SingleTypeKvCache
 use super::{AttentionKind, ComputedBlocks, GroupId, KvCacheGroupSpec};
 use crate::block_hash::BlockHash;
 use crate::block_pool::{BlockPool, NULL_BLOCK};
-use crate::request::BlockId;
 
 #[derive(Debug)]
 pub struct SlidingWindowManager {
@@ -50,8 +49,12 @@ impl SlidingWindowManager {
 }
 
 impl SingleTypeKvCacheManager for SlidingWindowManager {
-    fn group(&self) -> GroupId {
-        self.t.group
+    fn group_tables(&self) -> &GroupTables {
+        &self.t
+    }
+
+    fn group_tables_mut(&mut self) -> &mut GroupTables {
+        &mut self.t
     }
 
     fn spec(&self) -> KvCacheGroupSpec {
@@ -61,19 +64,6 @@ impl SingleTypeKvCacheManager for SlidingWindowManager {
             },
             block_size: Some(self.t.block_size),
         }
-    }
-
-    fn block_size(&self) -> usize {
-        self.t.block_size
-    }
-
-    #[inline]
-    fn block_ids(&self, slot: usize) -> &[BlockId] {
-        self.t.block_ids(slot)
-    }
-
-    fn num_cached_blocks(&self, slot: usize) -> usize {
-        self.t.num_cached(slot)
     }
 
     /// The tokens before the window of the next token.
@@ -149,49 +139,6 @@ impl SingleTypeKvCacheManager for SlidingWindowManager {
         hit.group(first).len() * b
     }
 
-    fn remove_skipped_blocks(&mut self, pool: &mut BlockPool, slot: usize, computed: usize) {
-        let skipped = self.num_skipped_tokens(computed) / self.t.block_size;
-        if skipped > 0 {
-            self.t.remove_leading(pool, slot, skipped);
-        }
-    }
-
-    fn get_num_blocks_to_allocate(
-        &self,
-        pool: &BlockPool,
-        slot: usize,
-        num_tokens: usize,
-        hit: &[BlockId],
-        total_computed: usize,
-        admission: bool,
-    ) -> usize {
-        let skipped = self.num_skipped_tokens(total_computed) / self.t.block_size;
-        let cap = admission.then_some(self.cap_blocks);
-        self.t
-            .num_blocks_to_allocate(pool, slot, num_tokens, hit, skipped, cap)
-    }
-
-    fn add_hit(
-        &mut self,
-        pool: &mut BlockPool,
-        slot: usize,
-        hit: &[BlockId],
-        total_computed: usize,
-    ) {
-        let skipped = self.num_skipped_tokens(total_computed) / self.t.block_size;
-        self.t.add_hit(pool, slot, hit, skipped);
-    }
-
-    fn allocate_new(
-        &mut self,
-        pool: &mut BlockPool,
-        slot: usize,
-        num_tokens: usize,
-        reserve_tokens: usize,
-    ) -> usize {
-        self.t.allocate_new(pool, slot, num_tokens, reserve_tokens)
-    }
-
     /// Registers only the `contiguous_blocks` entries ending at each replay
     /// boundary (rounded down to the alignment): the only ones a later
     /// lookup can hit (vLLM's `reachable_block_mask`, retention interval 0).
@@ -213,13 +160,5 @@ impl SingleTypeKvCacheManager for SlidingWindowManager {
         self.t.cache_blocks(pool, slot, input, num_tokens, |j| {
             ends.iter().any(|&end| j < end && j + need >= end)
         });
-    }
-
-    fn free(&mut self, pool: &mut BlockPool, slot: usize) {
-        self.t.free(pool, slot);
-    }
-
-    fn tables(&self) -> Box<dyn Iterator<Item = (usize, &[BlockId])> + '_> {
-        self.t.iter()
     }
 }
