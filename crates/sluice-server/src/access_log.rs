@@ -18,20 +18,17 @@
 //! get their lines too. Query strings are left out: they can hold
 //! secrets.
 
+use crate::body_end::OnBodyEnd;
 use crate::logging::{self, Level};
 use crate::submit::Event;
-use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{Method, StatusCode, Version};
 use axum::middleware::Next;
 use axum::response::Response;
 use futures::stream::{BoxStream, StreamExt};
-use http_body::{Frame, SizeHint};
 use serde_json::Value;
 use sluice_engine::Usage;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 /// Paths polled by probes and scrapers: logged at debug.
@@ -208,13 +205,7 @@ pub async fn track(mut req: Request, next: Next) -> Response {
         status: resp.status(),
     };
     let (parts, body) = resp.into_parts();
-    Response::from_parts(
-        parts,
-        Body::new(LoggedBody {
-            inner: body,
-            pending: Some(pending),
-        }),
-    )
+    Response::from_parts(parts, OnBodyEnd::wrap(body, move || pending.write()))
 }
 
 struct RequestLine {
@@ -302,41 +293,6 @@ fn line(
     }
     fields.push(("duration_ms", ms(duration).into()));
     (msg, fields)
-}
-
-/// A response body that writes its access line when it is dropped: after
-/// the last frame was sent, or when the connection went away mid-stream.
-struct LoggedBody {
-    inner: Body,
-    pending: Option<Pending>,
-}
-
-impl Drop for LoggedBody {
-    fn drop(&mut self) {
-        if let Some(p) = self.pending.take() {
-            p.write();
-        }
-    }
-}
-
-impl http_body::Body for LoggedBody {
-    type Data = axum::body::Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        Pin::new(&mut self.inner).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
 }
 
 #[cfg(test)]

@@ -27,17 +27,14 @@
 //! counted as `method="other"`, so that clients cannot grow the label set
 //! without bound (the instrumentator keeps any method string).
 
+use crate::body_end::OnBodyEnd;
 use crate::metrics::Exposition;
-use axum::body::Body;
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{header, HeaderMap, Method};
 use axum::middleware::Next;
 use axum::response::Response;
-use http_body::{Frame, SizeHint};
 use sluice_engine::Histogram;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// vLLM's excluded handlers.
@@ -333,9 +330,10 @@ pub async fn track(State(metrics): State<HttpMetrics>, mut req: Request, next: N
     };
     Response::from_parts(
         parts,
-        Body::new(TrackedBody {
-            inner: body,
-            pending: Some(pending),
+        OnBodyEnd::wrap(body, move || {
+            let mut p = pending;
+            p.observation.seconds = p.start.elapsed().as_secs_f64();
+            p.metrics.record(&p.observation);
         }),
     )
 }
@@ -345,42 +343,6 @@ struct Pending {
     metrics: HttpMetrics,
     start: Instant,
     observation: Observation,
-}
-
-/// A response body that records its request when it is dropped: after the
-/// last frame was written, or when the connection went away mid-stream.
-struct TrackedBody {
-    inner: Body,
-    pending: Option<Pending>,
-}
-
-impl Drop for TrackedBody {
-    fn drop(&mut self) {
-        if let Some(mut p) = self.pending.take() {
-            p.observation.seconds = p.start.elapsed().as_secs_f64();
-            p.metrics.record(&p.observation);
-        }
-    }
-}
-
-impl http_body::Body for TrackedBody {
-    type Data = axum::body::Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        Pin::new(&mut self.inner).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@
 pub mod access;
 pub mod access_log;
 pub mod body;
+pub mod body_end;
 pub mod chat;
 pub mod client;
 pub mod completions;
