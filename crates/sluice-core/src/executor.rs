@@ -14,6 +14,7 @@
 //! tells the engine how many blocks its pool holds and how many tokens a
 //! block holds (the engine refuses a scheduler whose block size differs).
 
+use crate::kv_cache::KvCacheGroupSpec;
 use crate::output::{DraftTokenIds, ModelRunnerOutput, SchedulerOutput};
 
 /// Runs scheduler steps. Lives on the engine thread (hence `Send`).
@@ -30,6 +31,14 @@ pub trait Executor: Send {
     /// other ids are refused up front instead of failing a step.
     fn vocab_size(&self) -> Option<usize> {
         None
+    }
+
+    /// The KV cache groups of the model's layers, in order: what the
+    /// scheduler's `kv_cache_groups` becomes (one full-attention group for
+    /// a plain decoder; a hybrid model's sliding-window groups beside its
+    /// full one). `SchedulerOutput` then carries one block table per group.
+    fn kv_cache_groups(&self) -> Vec<KvCacheGroupSpec> {
+        vec![KvCacheGroupSpec::FULL]
     }
 
     /// The engine begins a step: called before `schedule()`, so an
@@ -64,6 +73,9 @@ impl<E: Executor + ?Sized> Executor for Box<E> {
     }
     fn vocab_size(&self) -> Option<usize> {
         (**self).vocab_size()
+    }
+    fn kv_cache_groups(&self) -> Vec<KvCacheGroupSpec> {
+        (**self).kv_cache_groups()
     }
     fn execute(&mut self, scheduler_output: &SchedulerOutput) -> anyhow::Result<ModelRunnerOutput> {
         (**self).execute(scheduler_output)

@@ -69,6 +69,7 @@ fn bench(c: &mut Criterion) {
         block_size: 16,
         scale: 0.125,
         logit_softcap: None,
+        kind: sluice_core::kv_cache::AttentionKind::Full,
     };
     for threads in [1, 2] {
         sluice_model::kernels::set_num_threads(threads);
@@ -90,7 +91,7 @@ fn bench(c: &mut Criterion) {
                         },
                         kv.layer(0),
                         &batch.seqs,
-                        &batch.block_tables,
+                        &batch.block_tables[0],
                         &mut out,
                         &mut items,
                     )
@@ -109,6 +110,7 @@ fn bench_portable(c: &mut Criterion) {
         block_size: 16,
         scale: 0.125,
         logit_softcap: None,
+        kind: sluice_core::kv_cache::AttentionKind::Full,
     };
     for (name, seqs, qlen, ctx) in [("decode_32x192", 32, 1, 192), ("prefill_128", 1, 128, 128)] {
         let (kv, batch, q) = setup(seqs, qlen, ctx);
@@ -123,7 +125,7 @@ fn bench_portable(c: &mut Criterion) {
                     },
                     kv.layer(0),
                     &batch.seqs,
-                    &batch.block_tables,
+                    &batch.block_tables[0],
                     &mut out,
                 )
             })

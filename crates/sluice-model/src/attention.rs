@@ -2,11 +2,17 @@
 //! decodes.
 //!
 //! Contract: for every sequence of the batch, query token `i` (of
-//! `query_len`) sits at position `context_len - query_len + i` and attends
-//! to every key at positions `0..=` its own, read through the sequence's
-//! block table — its cached context in full and its own new tokens
-//! causally. The step's K/V must already be in the cache (`KvCache::write`
-//! runs first), so new and cached keys are read the same way.
+//! `query_len`) sits at position `p = context_len - query_len + i` and
+//! attends to the keys at positions `lo(p)..=p`, read through the
+//! sequence's block table — its cached context and its own new tokens
+//! causally. `lo(p)` is 0 for full attention, `p + 1 - W` for a sliding
+//! window of `W` tokens (its own included) and the start of `p`'s chunk for
+//! chunked-local attention (`AttentionShape::kind`). Blocks that lie wholly
+//! before an item's first `lo` are never touched: a sliding-window group's
+//! table holds the null block there, or a block since given to another
+//! request (the scheduler frees them). The step's K/V must already be in the
+//! cache (`KvCache::write` runs first), so new and cached keys are read the
+//! same way.
 //!
 //! How: work is split into items of (sequence, KV head, chunk of up to
 //! `QUERY_CHUNK` query tokens), run with `kernels::parallel_for`. An item
@@ -35,6 +41,7 @@ use crate::kernels::parallel_for;
 use crate::kernels::SyncPtr;
 use crate::kv_cache::LayerKv;
 use crate::model::SeqSlice;
+use sluice_core::kv_cache::AttentionKind;
 use std::cell::RefCell;
 
 /// Query tokens of one sequence handled by one work item.
@@ -56,6 +63,9 @@ pub struct AttentionShape {
     /// `tanh(s / cap) · cap` before the softmax. `None` leaves them as
     /// they are (and runs exactly the uncapped operations).
     pub logit_softcap: Option<f32>,
+    /// Which earlier keys a query sees: all of them, a sliding window or its
+    /// chunk.
+    pub kind: AttentionKind,
 }
 
 /// The queries of a step: token `t`'s head `h` starts at
@@ -106,12 +116,33 @@ impl Item<'_> {
         self.first_pos + self.q_end
     }
 
+    /// The first key query token `i` sees.
+    #[inline]
+    fn window_start(&self, i: usize) -> usize {
+        let p = self.first_pos + i;
+        match self.shape.kind {
+            AttentionKind::Full => 0,
+            AttentionKind::SlidingWindow { window } => (p + 1).saturating_sub(window),
+            AttentionKind::ChunkedLocal { chunk } => p - p % chunk,
+        }
+    }
+
+    /// The first block some row of the item reads (rows are in position
+    /// order and `window_start` never decreases with the position).
+    fn first_block(&self) -> usize {
+        self.window_start(self.q_begin) / self.shape.block_size
+    }
+
     /// Keys at positions `chunk_start..` visible to query token `i`, at most
-    /// `width`.
-    fn visible(&self, i: usize, chunk_start: usize, width: usize) -> usize {
-        (self.first_pos + i + 1)
+    /// `width`: those at offsets `skip..end` of the chunk, as `(skip, end)`
+    /// (`skip == end` when none).
+    #[inline]
+    fn visible(&self, i: usize, chunk_start: usize, width: usize) -> (usize, usize) {
+        let end = (self.first_pos + i + 1)
             .saturating_sub(chunk_start)
-            .min(width)
+            .min(width);
+        let skip = self.window_start(i).saturating_sub(chunk_start).min(end);
+        (skip, end)
     }
 
     /// Offset of row `row`'s query in `q.data`.

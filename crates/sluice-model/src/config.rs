@@ -113,6 +113,16 @@ impl ModelConfig {
         self.mlp_bias = p.mlp_bias;
     }
 
+    /// The model's layers in KV cache groups, as vLLM forms them from each
+    /// layer's window (`sluice_core::kv_cache::LayerGroups`).
+    pub fn kv_layer_groups(
+        &self,
+        policy: sluice_core::kv_cache::GroupingPolicy,
+    ) -> sluice_core::kv_cache::LayerGroups {
+        let kinds = crate::model::DecoderPlan::of(self).attention_kinds();
+        sluice_core::kv_cache::LayerGroups::of_layers(&kinds, policy)
+    }
+
     /// The model's shape (`sluice_arch`), what KV sizing and a simulated
     /// executor see: widths from this config, 2 bytes per weight and
     /// activation (vLLM's `--dtype auto` runs float32 checkpoints in bf16),
@@ -633,7 +643,7 @@ mod tests {
     }
 
     #[test]
-    fn mistral_sliding_window_reaches_every_layer_and_is_refused_at_load() {
+    fn mistral_sliding_window_reaches_every_layer_and_keeps_one_sliding_group() {
         let text = r#"{"architectures":["MistralForCausalLM"],"hidden_size":64,
             "num_hidden_layers":2,"num_attention_heads":4,"intermediate_size":8,
             "vocab_size":10,"max_position_embeddings":32768,"sliding_window":4096}"#;
@@ -641,8 +651,18 @@ mod tests {
         assert_eq!(c.attention.sliding_window, Some(4096));
         let plan = crate::model::DecoderPlan::of(&c);
         assert!(plan.layers.iter().all(|l| l.window == Some(4096)));
-        let e = format!("{:#}", plan.check(&c).unwrap_err());
-        assert!(e.contains("sliding_window") && e.contains("layer 0"), "{e}");
+        plan.check(&c).unwrap();
+        // Every layer slides: one group, which frees out-of-window blocks
+        // (vLLM's uniform sliding-window layout); without the hybrid
+        // manager, one full group.
+        use sluice_core::kv_cache::{GroupingPolicy, KvCacheGroupSpec};
+        let groups = c.kv_layer_groups(GroupingPolicy::default());
+        assert_eq!(groups.specs, vec![KvCacheGroupSpec::sliding_window(4096)]);
+        let off = GroupingPolicy {
+            hybrid: false,
+            chunked_local: false,
+        };
+        assert_eq!(c.kv_layer_groups(off).specs, vec![KvCacheGroupSpec::FULL]);
         // No window, or one that covers the whole context: full attention.
         for ok in ["null", "32768"] {
             let c = ModelConfig::from_json(&text.replace("4096", ok)).unwrap();

@@ -118,6 +118,10 @@ impl<B: ForwardBackend> Executor for ModelExecutor<B> {
         Some(self.runner.vocab_size())
     }
 
+    fn kv_cache_groups(&self) -> Vec<sluice_core::kv_cache::KvCacheGroupSpec> {
+        self.runner.kv_cache_groups()
+    }
+
     fn execute(&mut self, scheduler_output: &SchedulerOutput) -> Result<ModelRunnerOutput> {
         let out = self.runner.execute(scheduler_output)?;
         if let Some(d) = &mut self.drafting {

@@ -1,7 +1,17 @@
-//! The paged KV cache: per-layer K and V storage addressed by the
-//! scheduler's block ids, sized from a memory budget.
+//! The paged KV cache: K and V storage addressed by the scheduler's block
+//! ids, sized from a memory budget, shared by the model's KV cache groups.
 //!
-//! Layout, per layer, f32:
+//! Groups: the model's layers fall into KV cache groups by what they keep
+//! (`sluice_core::kv_cache::LayerGroups`, vLLM's rule: one full group for a
+//! plain decoder; for Gemma 3, five sliding-window groups and one full
+//! group of three layers each). Every group has the same number of layer
+//! slots, and block ids are unique across groups, so slot `j` of every
+//! group shares one storage tensor: the pool has `group_size` tensors (one
+//! per layer for a plain decoder) and a block id stands for `group_size`
+//! layer pages. A layer reads and writes its slot's tensor through its
+//! group's block table.
+//!
+//! Layout, per tensor, f32:
 //! - V: `[num_blocks, num_kv_heads, block_size, head_dim]`;
 //! - K: `[num_blocks, num_kv_heads, head_dim, block_size]` — transposed
 //!   within the block.
@@ -43,6 +53,7 @@ use crate::config::ModelConfig;
 use crate::memory::{available_bytes, format_bytes};
 use anyhow::{anyhow, bail, Result};
 use sluice_core::config::MAX_NUM_GPU_BLOCKS;
+use sluice_core::kv_cache::{GroupingPolicy, KvCacheGroupSpec, LayerGroups};
 use std::alloc::Layout;
 
 /// How many blocks of how many tokens the cache holds.
@@ -53,6 +64,9 @@ pub struct KvCacheConfig {
     /// Blocks in the pool, null block included (the scheduler's
     /// `num_gpu_blocks`).
     pub num_blocks: usize,
+    /// Which windowed layers get KV cache groups of their own
+    /// (`--disable-hybrid-kv-cache-manager` turns `hybrid` off).
+    pub grouping: GroupingPolicy,
 }
 
 impl KvCacheConfig {
@@ -60,19 +74,38 @@ impl KvCacheConfig {
         KvCacheConfig {
             block_size,
             num_blocks,
+            grouping: GroupingPolicy::default(),
         }
     }
 
-    /// Bytes one block takes across all layers, K and V; `usize::MAX` when
-    /// that does not fit a `usize` (an absurd `block_size`).
+    /// The same pool with `grouping`.
+    pub fn with_grouping(self, grouping: GroupingPolicy) -> Self {
+        KvCacheConfig { grouping, ..self }
+    }
+
+    /// Bytes one block id takes, K and V of every layer slot of a group
+    /// (all layers for a plain decoder; `LayerGroups::group_size` of them
+    /// for a hybrid one), with the default grouping; `usize::MAX` when that
+    /// does not fit a `usize` (an absurd `block_size`).
     pub fn bytes_per_block(model: &ModelConfig, block_size: usize) -> usize {
+        Self::new(block_size, 0).block_bytes(model)
+    }
+
+    /// [`bytes_per_block`](Self::bytes_per_block) with this config's
+    /// grouping and block size.
+    pub fn block_bytes(&self, model: &ModelConfig) -> usize {
         // The cache is f32 whatever the weights are (see ARCHITECTURE.md).
-        model
-            .shape()
-            .kv_elements_per_token()
-            .and_then(|n| n.checked_mul(block_size))
-            .and_then(|n| n.checked_mul(std::mem::size_of::<f32>()))
-            .unwrap_or(usize::MAX)
+        let slots = model.kv_layer_groups(self.grouping).group_size();
+        [
+            2,
+            model.num_key_value_heads,
+            model.head_dim,
+            self.block_size,
+            slots,
+        ]
+        .into_iter()
+        .try_fold(std::mem::size_of::<f32>(), usize::checked_mul)
+        .unwrap_or(usize::MAX)
     }
 
     /// As many blocks as fit in `budget_bytes` (a `--kv-cache-memory` style
@@ -86,7 +119,15 @@ impl KvCacheConfig {
         if block_size == 0 {
             bail!("block_size must be at least 1");
         }
-        let per_block = Self::bytes_per_block(model, block_size).max(1);
+        Self::new(block_size, 0).with_memory_budget(model, budget_bytes)
+    }
+
+    /// This config with as many blocks as fit in `budget_bytes`.
+    pub fn with_memory_budget(self, model: &ModelConfig, budget_bytes: usize) -> Result<Self> {
+        if self.block_size == 0 {
+            bail!("block_size must be at least 1");
+        }
+        let per_block = self.block_bytes(model).max(1);
         let num_blocks = budget_bytes / per_block;
         if num_blocks < 2 {
             bail!(
@@ -94,10 +135,7 @@ impl KvCacheConfig {
                  {per_block} bytes; at least 2 are needed (block 0 is reserved)"
             );
         }
-        Ok(KvCacheConfig {
-            block_size,
-            num_blocks,
-        })
+        Ok(KvCacheConfig { num_blocks, ..self })
     }
 
     /// What `KvCache::new` checks before allocating, for callers that
@@ -110,7 +148,7 @@ impl KvCacheConfig {
         self.sizes(model).map(|_| ())
     }
 
-    /// `check`, returning the floats of one layer's K (and of its V) and
+    /// `check`, returning the floats of one tensor's K (and of its V) and
     /// the bytes of the whole cache.
     fn sizes(&self, model: &ModelConfig) -> Result<(usize, u64)> {
         if self.block_size == 0 {
@@ -128,7 +166,7 @@ impl KvCacheConfig {
             .try_fold(self.num_blocks, usize::checked_mul);
         let total = per_layer
             .and_then(|n| n.checked_mul(2 * std::mem::size_of::<f32>()))
-            .and_then(|n| n.checked_mul(model.num_hidden_layers))
+            .and_then(|n| n.checked_mul(model.kv_layer_groups(self.grouping).group_size()))
             .and_then(|n| u64::try_from(n).ok());
         let (Some(per_layer), Some(total)) = (per_layer, total) else {
             bail!(
@@ -154,8 +192,7 @@ impl KvCacheConfig {
 
     /// Bytes of the whole cache; `usize::MAX` when that does not fit.
     pub fn size_in_bytes(&self, model: &ModelConfig) -> usize {
-        self.num_blocks
-            .saturating_mul(Self::bytes_per_block(model, self.block_size))
+        self.num_blocks.saturating_mul(self.block_bytes(model))
     }
 }
 
@@ -192,19 +229,23 @@ fn try_zeroed(n: usize) -> Option<Vec<f32>> {
     Some(unsafe { Vec::from_raw_parts(ptr, n, n) })
 }
 
-/// K and V of one layer.
+/// K and V of one storage tensor: one layer slot of every group.
 pub struct LayerKv {
     pub k: Vec<f32>,
     pub v: Vec<f32>,
 }
 
-/// The cache itself: one `LayerKv` per decoder layer.
+/// The cache itself: one `LayerKv` per layer slot of a group, shared by
+/// that slot's layer of every group.
 pub struct KvCache {
     block_size: usize,
     num_blocks: usize,
     num_kv_heads: usize,
     head_dim: usize,
-    layers: Vec<LayerKv>,
+    groups: LayerGroups,
+    /// Per decoder layer: its (group, storage tensor).
+    layer_at: Vec<(usize, usize)>,
+    tensors: Vec<LayerKv>,
 }
 
 impl KvCache {
@@ -212,21 +253,29 @@ impl KvCache {
     /// allocated) as `KvCacheConfig::check` says; an allocation that fails
     /// anyway is an error too.
     pub fn new(model: &ModelConfig, config: KvCacheConfig) -> Result<Self> {
-        let (per_layer, total) = config.sizes(model)?;
+        let (per_tensor, total) = config.sizes(model)?;
+        let groups = model.kv_layer_groups(config.grouping);
+        let layer_at = (0..model.num_hidden_layers)
+            .map(|l| {
+                groups
+                    .position_of(l)
+                    .ok_or_else(|| anyhow!("layer {l} is in no KV cache group"))
+            })
+            .collect::<Result<Vec<_>>>()?;
         let alloc_failed = || {
             anyhow!(
                 "{} requested for the KV cache, but allocating it failed",
                 format_bytes(total)
             )
         };
-        let mut layers = Vec::new();
-        layers
-            .try_reserve_exact(model.num_hidden_layers)
+        let mut tensors = Vec::new();
+        tensors
+            .try_reserve_exact(groups.group_size())
             .map_err(|_| alloc_failed())?;
-        for _ in 0..model.num_hidden_layers {
-            layers.push(LayerKv {
-                k: try_zeroed(per_layer).ok_or_else(alloc_failed)?,
-                v: try_zeroed(per_layer).ok_or_else(alloc_failed)?,
+        for _ in 0..groups.group_size() {
+            tensors.push(LayerKv {
+                k: try_zeroed(per_tensor).ok_or_else(alloc_failed)?,
+                v: try_zeroed(per_tensor).ok_or_else(alloc_failed)?,
             });
         }
         Ok(KvCache {
@@ -234,8 +283,25 @@ impl KvCache {
             num_blocks: config.num_blocks,
             num_kv_heads: model.num_key_value_heads,
             head_dim: model.head_dim,
-            layers,
+            groups,
+            layer_at,
+            tensors,
         })
+    }
+
+    /// The KV cache groups, in the scheduler's order.
+    pub fn group_specs(&self) -> &[KvCacheGroupSpec] {
+        &self.groups.specs
+    }
+
+    /// The layers of every group (`LayerGroups`).
+    pub fn layer_groups(&self) -> &LayerGroups {
+        &self.groups
+    }
+
+    /// The group whose block table layer `layer` reads.
+    pub fn group_of(&self, layer: usize) -> usize {
+        self.layer_at[layer].0
     }
 
     pub fn block_size(&self) -> usize {
@@ -254,8 +320,9 @@ impl KvCache {
         self.head_dim
     }
 
+    /// The storage layer `layer` reads and writes.
     pub fn layer(&self, layer: usize) -> &LayerKv {
-        &self.layers[layer]
+        &self.tensors[self.layer_at[layer].1]
     }
 
     /// Offset of the `block_size × head_dim` run of `head` in `block` (in
@@ -269,7 +336,7 @@ impl KvCache {
     pub fn key(&self, layer: usize, slot: usize, head: usize) -> Vec<f32> {
         let (bs, hd) = (self.block_size, self.head_dim);
         let base = self.block_offset(slot / bs, head);
-        let k = &self.layers[layer].k;
+        let k = &self.layer(layer).k;
         (0..hd).map(|d| k[base + d * bs + slot % bs]).collect()
     }
 
@@ -277,7 +344,7 @@ impl KvCache {
     pub fn value(&self, layer: usize, slot: usize, head: usize) -> &[f32] {
         let (bs, hd) = (self.block_size, self.head_dim);
         let at = self.block_offset(slot / bs, head) + (slot % bs) * hd;
-        &self.layers[layer].v[at..at + hd]
+        &self.layer(layer).v[at..at + hd]
     }
 
     /// Stores the K and V of every token of a step at its slot.
@@ -296,7 +363,7 @@ impl KvCache {
         v_offset: usize,
     ) {
         let (bs, hd, nkv) = (self.block_size, self.head_dim, self.num_kv_heads);
-        let LayerKv { k, v } = &mut self.layers[layer];
+        let LayerKv { k, v } = &mut self.tensors[self.layer_at[layer].1];
         for (t, &slot) in slot_mapping.iter().enumerate() {
             debug_assert!(slot / bs < self.num_blocks, "slot {slot} outside the cache");
             let (block, offset) = (slot / bs, slot % bs);

@@ -90,9 +90,13 @@ impl DecoderPlan {
         }
     }
 
+    /// What each layer's KV cache keeps (its window), in layer order.
+    pub fn attention_kinds(&self) -> Vec<sluice_core::kv_cache::AttentionKind> {
+        self.layers.iter().map(LayerAttention::kind).collect()
+    }
+
     /// Whether the forward pass can run it for `config` (errors name the
-    /// config key: a `sliding_window` is refused until the KV cache
-    /// honours windows).
+    /// config key).
     pub fn check(&self, config: &ModelConfig) -> Result<()> {
         if self.layers.len() != config.num_hidden_layers {
             bail!(

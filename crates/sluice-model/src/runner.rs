@@ -88,6 +88,8 @@ pub struct ModelRunner<B: ForwardBackend = CpuBackend> {
     draft_inputs: Vec<TokenId>,
     /// One request's tokens of this step, reused.
     step_tokens: Vec<TokenId>,
+    /// The backend's KV cache groups (fixed for its life).
+    num_kv_groups: usize,
 }
 
 impl ModelRunner<CpuBackend> {
@@ -113,6 +115,7 @@ impl<B: ForwardBackend> ModelRunner<B> {
     /// A runner over any forward backend.
     pub fn with_backend(backend: B) -> Self {
         ModelRunner {
+            num_kv_groups: backend.kv_cache_groups().len(),
             backend,
             requests: HashMap::new(),
             seed_state: 0,
@@ -143,6 +146,11 @@ impl<B: ForwardBackend> ModelRunner<B> {
 
     pub fn block_size(&self) -> usize {
         self.backend.block_size()
+    }
+
+    /// The KV cache groups of the backend's cache, in the scheduler's order.
+    pub fn kv_cache_groups(&self) -> Vec<sluice_core::kv_cache::KvCacheGroupSpec> {
+        self.backend.kv_cache_groups()
     }
 
     /// Token ids the backend's model accepts: `0..vocab_size`.
@@ -252,10 +260,12 @@ impl<B: ForwardBackend> ModelRunner<B> {
             self.requests.remove(id);
         }
         let num_blocks = self.backend.num_kv_blocks();
+        let num_groups = self.num_kv_groups;
         for new in &so.scheduled_new_reqs {
-            check_one_group(&new.req_id, new.block_ids.len())?;
-            let table = new.block_ids.first().map_or(&[][..], Vec::as_slice);
-            check_blocks(&new.req_id, table, num_blocks)?;
+            check_groups(&new.req_id, new.block_ids.len(), num_groups)?;
+            for table in &new.block_ids {
+                check_blocks(&new.req_id, table, num_blocks)?;
+            }
             let seed = self.next_default_seed();
             let sampler =
                 RequestSampler::new(new.sampling_params.clone(), &new.prompt_token_ids, seed);
@@ -273,11 +283,12 @@ impl<B: ForwardBackend> ModelRunner<B> {
             })?;
             let groups = cached.new_block_ids(i);
             if let Some(g) = groups {
-                check_one_group(&c.req_id, g.num_groups())?;
+                check_groups(&c.req_id, g.num_groups(), num_groups)?;
+                for k in 0..g.num_groups() {
+                    check_blocks(&c.req_id, g.group(k), num_blocks)?;
+                }
             }
-            let new_blocks = groups.map_or(&[][..], |g| g.group(0));
-            check_blocks(&c.req_id, new_blocks, num_blocks)?;
-            state.apply_cached(c, new_blocks)?;
+            state.apply_cached(c, |k| groups.map_or(&[][..], |g| g.group(k)))?;
         }
         Ok(())
     }
@@ -316,7 +327,7 @@ impl<B: ForwardBackend> ModelRunner<B> {
             };
             let first_row = self
                 .batch
-                .push_seq(inputs, start, &state.block_table, bs)
+                .push_seq_groups(inputs, start, &state.block_tables, bs)
                 .map_err(|e| anyhow!("request {}: {e}", sched.req_id))?;
             // The row of the last known token, then one per draft.
             let samples = end >= known;
@@ -403,14 +414,13 @@ impl<B: ForwardBackend> ModelRunner<B> {
     }
 }
 
-/// The runner keeps one block table per request: a model with several KV
-/// cache groups (sliding-window or chunked-local layers beside full ones)
-/// needs one per group, which it does not have yet.
-fn check_one_group(req_id: &str, num_groups: usize) -> Result<()> {
-    if num_groups > 1 {
+/// A request brings one block table per KV cache group of the backend's
+/// cache (the scheduler was configured with the executor's groups).
+fn check_groups(req_id: &str, got: usize, want: usize) -> Result<()> {
+    if got != want {
         bail!(
-            "request {req_id}: the scheduler output has {num_groups} KV cache groups; this \
-             model runner supports one"
+            "request {req_id}: the scheduler output has block tables for {got} KV cache \
+             groups; this model's KV cache has {want}"
         );
     }
     Ok(())

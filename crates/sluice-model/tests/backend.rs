@@ -60,7 +60,7 @@ impl ForwardBackend for Simulated {
 
     fn forward(&mut self, batch: &ForwardBatch) -> anyhow::Result<()> {
         self.forwards += 1;
-        for (&slot, &id) in batch.slot_mapping.iter().zip(&batch.input_ids) {
+        for (&slot, &id) in batch.slot_mapping[0].iter().zip(&batch.input_ids) {
             self.slots[slot] = Some(id);
         }
         self.rows.clear();
@@ -70,7 +70,7 @@ impl ForwardBackend for Simulated {
                 .iter()
                 .find(|s| (s.query_start..s.query_start + s.query_len).contains(&r))
                 .expect("a logits row belongs to a sequence");
-            let table = &batch.block_tables[seq.block_table.clone()];
+            let table = &batch.block_tables[0][seq.block_table.clone()];
             let bs = self.block_size;
             let context: Vec<u32> = (0..=batch.positions[r])
                 .map(|p| {

@@ -28,10 +28,11 @@ impl ChunkedLocalAttentionManager {
         max_model_len: usize,
     ) -> Self {
         let t = GroupTables::new(group, block_size, hash_block_size);
-        let span = chunk
-            .saturating_add(max_num_batched_tokens)
-            .min(max_model_len);
-        let cap_blocks = span.div_ceil(t.block_size);
+        let cap_blocks = KvCacheGroupSpec::chunked_local(chunk).max_blocks_per_request(
+            t.block_size,
+            max_num_batched_tokens,
+            max_model_len,
+        );
         ChunkedLocalAttentionManager {
             t,
             chunk: chunk.max(1),

@@ -102,6 +102,35 @@ impl KvCacheGroupSpec {
     pub fn block_size_or(&self, default: usize) -> usize {
         self.block_size.unwrap_or(default)
     }
+
+    /// The most blocks of `block_size` tokens this group holds for one
+    /// request at once (vLLM's `max_admission_blocks_per_request`): every
+    /// block of a `max_model_len` sequence under full attention; under a
+    /// window, the window plus one step's tokens (and a block for the
+    /// window's ragged start); under chunked-local attention, a chunk plus
+    /// one step's tokens.
+    pub fn max_blocks_per_request(
+        &self,
+        block_size: usize,
+        max_num_batched_tokens: usize,
+        max_model_len: usize,
+    ) -> usize {
+        let b = block_size.max(1);
+        match self.kind {
+            AttentionKind::Full => max_model_len.div_ceil(b),
+            AttentionKind::SlidingWindow { window } => {
+                let span = window
+                    .saturating_sub(1)
+                    .saturating_add(max_num_batched_tokens)
+                    .min(max_model_len);
+                span.div_ceil(b) + 1
+            }
+            AttentionKind::ChunkedLocal { chunk } => chunk
+                .saturating_add(max_num_batched_tokens)
+                .min(max_model_len)
+                .div_ceil(b),
+        }
+    }
 }
 
 /// The block sizes the groups imply: `(scheduler, hash)`. The scheduler's

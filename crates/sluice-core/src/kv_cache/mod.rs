@@ -21,6 +21,7 @@ mod chunked_local;
 mod coordinator;
 mod full_attention;
 mod group;
+mod layer_groups;
 mod single_type;
 mod sliding_window;
 
@@ -28,6 +29,7 @@ pub use chunked_local::ChunkedLocalAttentionManager;
 pub use coordinator::{ComputedBlocks, FreshBlocks, GroupsCoordinator, KvCacheCoordinator};
 pub use full_attention::FullAttentionManager;
 pub use group::{block_layout, AttentionKind, GroupId, KvCacheGroupSpec};
+pub use layer_groups::{GroupingPolicy, LayerGroups};
 pub use single_type::{CacheInput, GroupTables, SingleTypeKvCacheManager};
 pub use sliding_window::SlidingWindowManager;
 

@@ -30,11 +30,11 @@ impl SlidingWindowManager {
         max_model_len: usize,
     ) -> Self {
         let t = GroupTables::new(group, block_size, hash_block_size);
-        let span = (window
-            .saturating_sub(1)
-            .saturating_add(max_num_batched_tokens))
-        .min(max_model_len);
-        let cap_blocks = span.div_ceil(t.block_size) + 1;
+        let cap_blocks = KvCacheGroupSpec::sliding_window(window).max_blocks_per_request(
+            t.block_size,
+            max_num_batched_tokens,
+            max_model_len,
+        );
         SlidingWindowManager {
             t,
             window,

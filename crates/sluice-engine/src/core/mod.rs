@@ -96,6 +96,9 @@ impl EngineCore {
         tokenizer: Arc<Tokenizer>,
     ) -> Result<(EngineCore, Engine), EngineError> {
         config.scheduler.num_gpu_blocks = executor.num_kv_blocks();
+        // The executor's layers decide the KV cache groups (a hybrid
+        // model's sliding-window groups free out-of-window blocks).
+        config.scheduler.kv_cache_groups = executor.kv_cache_groups();
         config.scheduler.validate()?;
         // The block tables the scheduler hands out index the executor's
         // pool: both must mean the same number of tokens per block.
@@ -110,22 +113,7 @@ impl EngineCore {
                 ),
             )));
         }
-        // vLLM refuses to start when one sequence of max_model_len tokens
-        // cannot fit in the pool: such a request would be preempted forever.
-        let sc = &config.scheduler;
-        let capacity = sc.num_gpu_blocks.saturating_sub(1) * sc.block_size;
-        if capacity < sc.max_model_len {
-            return Err(EngineError::Invalid(sluice_core::FieldError::new(
-                "max_model_len",
-                format!(
-                    "({}) is larger than the KV cache can hold ({capacity} tokens in {} blocks \
-                     of {}); lower max_model_len or give the KV cache more memory / blocks",
-                    sc.max_model_len,
-                    sc.num_gpu_blocks.saturating_sub(1),
-                    sc.block_size
-                ),
-            )));
-        }
+        check_max_model_len_fits(&config.scheduler)?;
         let scheduler = Scheduler::new(config.scheduler.clone())?;
         let stats = StatsCollector::new(
             config.scheduler.num_gpu_blocks,
@@ -390,4 +378,42 @@ impl EngineCore {
             self.stats.publish_into(&mut published);
         }
     }
+}
+
+/// vLLM refuses to start when one sequence of `max_model_len` tokens cannot
+/// fit in the pool (such a request would be preempted forever): the blocks
+/// every group holds for it at most (a sliding-window group only its window
+/// and a step) against the pool without its null block.
+fn check_max_model_len_fits(sc: &sluice_core::SchedulerConfig) -> Result<(), EngineError> {
+    let needed: usize = sc
+        .kv_cache_groups
+        .iter()
+        .map(|g| {
+            g.max_blocks_per_request(
+                g.block_size_or(sc.block_size),
+                sc.max_num_batched_tokens,
+                sc.max_model_len,
+            )
+        })
+        .fold(0, usize::saturating_add);
+    let available = sc.num_gpu_blocks.saturating_sub(1);
+    if needed > available {
+        let groups = if sc.kv_cache_groups.len() > 1 {
+            format!(" across its {} KV cache groups", sc.kv_cache_groups.len())
+        } else {
+            String::new()
+        };
+        return Err(EngineError::Invalid(sluice_core::FieldError::new(
+            "max_model_len",
+            format!(
+                "({}) is larger than the KV cache can hold ({} tokens in {available} blocks \
+                 of {}); a sequence of max_model_len tokens needs {needed} blocks{groups}; \
+                 lower max_model_len or give the KV cache more memory / blocks",
+                sc.max_model_len,
+                available * sc.block_size,
+                sc.block_size
+            ),
+        )));
+    }
+    Ok(())
 }

@@ -18,6 +18,12 @@ fn lane_mask(n: usize) -> __mmask16 {
     ((1u32 << n) - 1) as __mmask16
 }
 
+/// Lanes `skip..end`.
+#[inline(always)]
+fn range_mask(skip: usize, end: usize) -> __mmask16 {
+    lane_mask(end) & !lane_mask(skip)
+}
+
 /// `e^x` lane-wise: the vector form of `math::exp_f32`.
 #[inline]
 #[target_feature(enable = "avx512f")]
@@ -70,22 +76,23 @@ unsafe fn scores<const N: usize>(
     s
 }
 
-/// `acc[0..R·16] += Σ_j p[j] · v[j]` for one segment of up to 64 dims
-/// (`masks` trims the last vector), `v` rows `head_dim` apart.
+/// `acc[0..R·16] += Σ_j p[j] · v[j]` over `j` in `keys`, for one segment
+/// of up to 64 dims (`masks` trims the last vector), `v` rows `head_dim`
+/// apart.
 #[inline(always)]
 unsafe fn pv_segment<const R: usize>(
     acc: *mut f32,
     v: *const f32,
     head_dim: usize,
     p: &[f32; KEY_CHUNK],
-    visible: usize,
+    keys: (usize, usize),
     masks: [__mmask16; 4],
 ) {
     let mut a = [_mm512_setzero_ps(); R];
     for r in 0..R {
         a[r] = _mm512_maskz_loadu_ps(masks[r], acc.add(16 * r));
     }
-    for (j, &pj) in p.iter().enumerate().take(visible) {
+    for (j, &pj) in p.iter().enumerate().take(keys.1).skip(keys.0) {
         let pj = _mm512_set1_ps(pj);
         let vj = v.add(j * head_dim);
         for r in 0..R {
@@ -97,14 +104,15 @@ unsafe fn pv_segment<const R: usize>(
     }
 }
 
-/// `acc_row += Σ_j p[j] · V[j]` over the whole head.
+/// `acc_row += Σ_j p[j] · V[j]` over `j` in `keys` (`(skip, end)`), the
+/// whole head.
 #[inline(always)]
 unsafe fn pv(
     acc_row: *mut f32,
     v: *const f32,
     head_dim: usize,
     p: &[f32; KEY_CHUNK],
-    visible: usize,
+    keys: (usize, usize),
 ) {
     let mut d0 = 0;
     while d0 < head_dim {
@@ -114,10 +122,10 @@ unsafe fn pv(
         masks[regs - 1] = lane_mask(rem - 16 * (regs - 1));
         let (a, vs) = (acc_row.add(d0), v.add(d0));
         match regs {
-            1 => pv_segment::<1>(a, vs, head_dim, p, visible, masks),
-            2 => pv_segment::<2>(a, vs, head_dim, p, visible, masks),
-            3 => pv_segment::<3>(a, vs, head_dim, p, visible, masks),
-            _ => pv_segment::<4>(a, vs, head_dim, p, visible, masks),
+            1 => pv_segment::<1>(a, vs, head_dim, p, keys, masks),
+            2 => pv_segment::<2>(a, vs, head_dim, p, keys, masks),
+            3 => pv_segment::<3>(a, vs, head_dim, p, keys, masks),
+            _ => pv_segment::<4>(a, vs, head_dim, p, keys, masks),
         }
         d0 += rem;
     }
@@ -154,7 +162,9 @@ pub(super) unsafe fn attend(item: &Item<'_>, out: &mut [f32], scratch: &mut Scra
     let mut q_offs = [0usize; ROW_TILE];
     let mut p = [0f32; KEY_CHUNK];
 
-    for (b, &block) in item.table[..last_visible.div_ceil(bs)].iter().enumerate() {
+    let first_block = item.first_block();
+    let blocks = &item.table[first_block..last_visible.div_ceil(bs)];
+    for (b, &block) in (first_block..).zip(blocks) {
         let base = item.block_base(block);
         let mut c0 = 0;
         while c0 < bs && b * bs + c0 < last_visible {
@@ -166,9 +176,13 @@ pub(super) unsafe fn attend(item: &Item<'_>, out: &mut [f32], scratch: &mut Scra
             let mut r0 = 0;
             while r0 < num_rows {
                 let n = ROW_TILE.min(num_rows - r0);
-                // Rows are token-major, so the tile's last row sees the most.
+                // Rows are token-major, so the tile's last row sees the
+                // latest keys and its first row the earliest.
+                let first_i = item.q_begin + r0 / group;
                 let last_i = item.q_begin + (r0 + n - 1) / group;
-                if item.visible(last_i, chunk_start, width) == 0 {
+                let (_, last_end) = item.visible(last_i, chunk_start, width);
+                let (first_skip, _) = item.visible(first_i, chunk_start, width);
+                if last_end == 0 || first_skip == width {
                     r0 += n;
                     continue;
                 }
@@ -195,11 +209,11 @@ pub(super) unsafe fn attend(item: &Item<'_>, out: &mut [f32], scratch: &mut Scra
                 for (t, &st) in s.iter().enumerate().take(n) {
                     let row = r0 + t;
                     let i = item.q_begin + row / group;
-                    let visible = item.visible(i, chunk_start, width);
-                    if visible == 0 {
+                    let (skip, visible) = item.visible(i, chunk_start, width);
+                    if skip == visible {
                         continue;
                     }
-                    let m = lane_mask(visible);
+                    let m = range_mask(skip, visible);
                     let mut scaled = _mm512_mul_ps(st, scale);
                     if let Some(cap) = item.shape.logit_softcap {
                         // No vector tanh here; the soft-cap is rare enough
@@ -226,7 +240,7 @@ pub(super) unsafe fn attend(item: &Item<'_>, out: &mut [f32], scratch: &mut Scra
                         _mm512_maskz_mov_ps(m, exp512(_mm512_sub_ps(st, _mm512_set1_ps(m_new))));
                     scratch.sum[row] += _mm512_reduce_add_ps(pv_vec);
                     _mm512_storeu_ps(p.as_mut_ptr(), pv_vec);
-                    pv(acc_row, v, hd, &p, visible);
+                    pv(acc_row, v, hd, &p, (skip, visible));
                 }
                 r0 += n;
             }

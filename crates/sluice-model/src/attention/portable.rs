@@ -28,7 +28,9 @@ fn attend<const FMA: bool>(item: &Item<'_>, out: &mut [f32], scratch: &mut Scrat
     let Scratch { acc, max, sum } = scratch;
     let mut s = [0f32; KEY_CHUNK];
 
-    for (b, &block) in item.table[..last_visible.div_ceil(bs)].iter().enumerate() {
+    let first_block = item.first_block();
+    let blocks = &item.table[first_block..last_visible.div_ceil(bs)];
+    for (b, &block) in (first_block..).zip(blocks) {
         let base = item.block_base(block);
         // K is stored [head_dim, block_size] within the block, V
         // [block_size, head_dim].
@@ -40,16 +42,16 @@ fn attend<const FMA: bool>(item: &Item<'_>, out: &mut [f32], scratch: &mut Scrat
             let width = KEY_CHUNK.min(bs - c0);
             for row in 0..num_rows {
                 let i = item.q_begin + row / group;
-                let visible = item.visible(i, chunk_start, width);
-                if visible == 0 {
+                let (skip, visible) = item.visible(i, chunk_start, width);
+                if skip == visible {
                     continue;
                 }
                 let q_off = item.q_offset(row);
                 let q_row = &item.q.data[q_off..q_off + hd];
-                let s = &mut s[..visible];
+                let s = &mut s[skip..visible];
                 s.fill(0.0);
                 for (d, &qd) in q_row.iter().enumerate() {
-                    let k = &k_block[d * bs + c0..d * bs + c0 + visible];
+                    let k = &k_block[d * bs + c0 + skip..d * bs + c0 + visible];
                     for (sj, &kj) in s.iter_mut().zip(k) {
                         *sj = madd::<FMA>(qd, kj, *sj);
                     }
@@ -82,7 +84,7 @@ fn attend<const FMA: bool>(item: &Item<'_>, out: &mut [f32], scratch: &mut Scrat
                     *sj = exp_f32(*sj - m_new);
                 }
                 sum[row] += s.iter().sum::<f32>();
-                for (j, &p) in s.iter().enumerate() {
+                for (j, &p) in (skip..).zip(s.iter()) {
                     let v = &v_block[(c0 + j) * hd..(c0 + j + 1) * hd];
                     for (a, &vd) in acc_row.iter_mut().zip(v) {
                         *a = madd::<FMA>(p, vd, *a);

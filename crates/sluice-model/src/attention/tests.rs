@@ -20,8 +20,6 @@ fn check_against_naive(num_heads: usize, num_kv_heads: usize, head_dim: usize, b
     check_against_naive_capped(num_heads, num_kv_heads, head_dim, block_size, None);
 }
 
-/// The fast and portable kernels against attention computed in f64 from
-/// the definition, with the logits soft-capped at `softcap` if given.
 fn check_against_naive_capped(
     num_heads: usize,
     num_kv_heads: usize,
@@ -29,13 +27,55 @@ fn check_against_naive_capped(
     block_size: usize,
     softcap: Option<f32>,
 ) {
+    check_against_naive_windowed(
+        num_heads,
+        num_kv_heads,
+        head_dim,
+        block_size,
+        softcap,
+        AttentionKind::Full,
+    );
+}
+
+/// The first key position `p` sees under `kind`, from the definition.
+fn naive_window_start(kind: AttentionKind, p: usize) -> usize {
+    match kind {
+        AttentionKind::Full => 0,
+        AttentionKind::SlidingWindow { window } => (p + 1).saturating_sub(window),
+        AttentionKind::ChunkedLocal { chunk } => (p / chunk) * chunk,
+    }
+}
+
+/// The fast and portable kernels against attention computed in f64 from
+/// the definition, with the logits soft-capped at `softcap` if given, each
+/// query seeing the keys `kind` gives it. With a window, the table entries
+/// of blocks wholly before a sequence's first query's window are what the
+/// scheduler leaves there — the null block, here filled with NaN for the
+/// fast kernel (whose result must not change) and an id outside the cache
+/// for the portable one (which would panic reading it).
+fn check_against_naive_windowed(
+    num_heads: usize,
+    num_kv_heads: usize,
+    head_dim: usize,
+    block_size: usize,
+    softcap: Option<f32>,
+    kind: AttentionKind,
+) {
     let mut model = crate::builtin::config("tiny").unwrap().0;
     model.num_hidden_layers = 1;
     model.num_attention_heads = num_heads;
     model.num_key_value_heads = num_kv_heads;
     model.head_dim = head_dim;
     // (cached tokens before the step, tokens in the step)
-    let seqs = [(0usize, 1usize), (0, 37), (20, 1), (45, 19), (3, 16)];
+    let seqs = [
+        (0usize, 1usize),
+        (0, 37),
+        (20, 1),
+        (45, 19),
+        (3, 16),
+        (70, 1),
+        (50, 30),
+    ];
     let num_blocks = 1 + seqs
         .iter()
         .map(|(c, n)| (c + n).div_ceil(block_size))
@@ -49,16 +89,28 @@ fn check_against_naive_capped(
     free.reverse();
     free.swap(0, 3);
     let mut batch = ForwardBatch::default();
+    let mut outside = ForwardBatch::default();
     let mut rows_of_seq = Vec::new(); // every position's full q/k/v row
     for &(cached, n) in &seqs {
         let blocks: Vec<u32> = (0..(cached + n).div_ceil(block_size))
             .map(|_| free.pop().unwrap())
             .collect();
+        // Blocks no query of the step reads.
+        let dead = naive_window_start(kind, cached) / block_size;
+        let nulled: Vec<u32> = (0..blocks.len())
+            .map(|j| if j < dead { 0 } else { blocks[j] })
+            .collect();
+        let wild: Vec<u32> = (0..blocks.len())
+            .map(|j| if j < dead { u32::MAX } else { blocks[j] })
+            .collect();
+        outside
+            .push_seq(&vec![0; n], cached, &wild, block_size)
+            .unwrap();
         let rows: Vec<Vec<f32>> = (0..cached + n)
             .map(|_| (0..width).map(|_| rng.next()).collect())
             .collect();
         batch
-            .push_seq(&vec![0; n], cached, &blocks, block_size)
+            .push_seq(&vec![0; n], cached, &nulled, block_size)
             .unwrap();
         // Cached positions and this step's both go in (the runner writes
         // the step's K/V before attention).
@@ -67,6 +119,11 @@ fn check_against_naive_capped(
             kv.write(0, &[slot], row, width, k_off, v_off);
         }
         rows_of_seq.push(rows);
+    }
+    // The null block holds garbage: NaN everywhere.
+    let nan_row = vec![f32::NAN; width];
+    for slot in 0..block_size {
+        kv.write(0, &[slot], &nan_row, width, k_off, v_off);
     }
     let mut q = vec![0f32; batch.num_tokens() * width];
     for (s, &(cached, n)) in seqs.iter().enumerate() {
@@ -83,6 +140,7 @@ fn check_against_naive_capped(
         block_size,
         scale: 1.0 / (head_dim as f32).sqrt(),
         logit_softcap: softcap,
+        kind,
     };
     let queries = Queries {
         data: &q,
@@ -96,7 +154,7 @@ fn check_against_naive_capped(
         queries,
         kv.layer(0),
         &batch.seqs,
-        &batch.block_tables,
+        &batch.block_tables[0],
         &mut fast,
         &mut items,
     );
@@ -105,8 +163,8 @@ fn check_against_naive_capped(
         &shape,
         queries,
         kv.layer(0),
-        &batch.seqs,
-        &batch.block_tables,
+        &outside.seqs,
+        &outside.block_tables[0],
         &mut portable,
     );
 
@@ -120,7 +178,8 @@ fn check_against_naive_capped(
             for h in 0..num_heads {
                 let g = h / group;
                 let qh = &rows[pos][h * head_dim..(h + 1) * head_dim];
-                let scores: Vec<f64> = (0..=pos)
+                let lo = naive_window_start(kind, pos);
+                let scores: Vec<f64> = (lo..=pos)
                     .map(|p| {
                         let k = &rows[p][k_off + g * head_dim..k_off + (g + 1) * head_dim];
                         qh.iter()
@@ -138,8 +197,8 @@ fn check_against_naive_capped(
                 let w: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
                 let total: f64 = w.iter().sum();
                 for d in 0..head_dim {
-                    let want: f64 = (0..=pos)
-                        .map(|p| w[p] * rows[p][v_off + g * head_dim + d] as f64)
+                    let want: f64 = (lo..=pos)
+                        .map(|p| w[p - lo] * rows[p][v_off + g * head_dim + d] as f64)
                         .sum::<f64>()
                         / total;
                     let at = token * num_heads * head_dim + h * head_dim + d;
@@ -152,8 +211,29 @@ fn check_against_naive_capped(
     }
     assert!(
         worst < 2e-5,
-        "heads {num_heads}/{num_kv_heads} dim {head_dim} block {block_size}: max error {worst}"
+        "heads {num_heads}/{num_kv_heads} dim {head_dim} block {block_size} {kind:?}: max \
+         error {worst}"
     );
+}
+
+#[test]
+fn windowed_attention_matches_naive_and_skips_blocks_outside_the_window() {
+    let sliding = |window| AttentionKind::SlidingWindow { window };
+    // Windows not multiples of the block size, one of exactly a block, one
+    // of a single token, one longer than every context; chunks.
+    for (kind, bs) in [
+        (sliding(7), 16),
+        (sliding(16), 16),
+        (sliding(1), 16),
+        (sliding(24), 5),
+        (sliding(500), 16),
+        (AttentionKind::ChunkedLocal { chunk: 24 }, 8),
+        (AttentionKind::ChunkedLocal { chunk: 16 }, 16),
+    ] {
+        check_against_naive_windowed(8, 2, 64, bs, None, kind);
+        check_against_naive_windowed(4, 4, 72, bs, None, kind);
+    }
+    check_against_naive_windowed(14, 2, 64, 16, Some(0.5), sliding(20));
 }
 
 #[test]
@@ -172,7 +252,9 @@ fn soft_capped_logits_match_naive_attention() {
 }
 
 /// A row's result does not depend on how its sequence's queries are cut
-/// into steps (chunked prefill) or on what else is in the batch.
+/// into steps (chunked prefill) or on what else is in the batch, with a
+/// sliding window (under full attention it is the same loop with a lower
+/// bound of 0).
 #[test]
 fn results_do_not_depend_on_chunking() {
     let (mut model, _) = crate::builtin::config("qwen2.5-0.5b").unwrap();
@@ -188,28 +270,45 @@ fn results_do_not_depend_on_chunking() {
         .map(|p| table[p / bs] as usize * bs + p % bs)
         .collect();
     kv.write(0, &slots, &rows, width, nh * hd, (nh + nkv) * hd);
-    let shape = AttentionShape {
-        num_heads: nh,
-        num_kv_heads: nkv,
-        head_dim: hd,
-        block_size: bs,
-        scale: 0.125,
-        logit_softcap: None,
-    };
+    for kind in [
+        AttentionKind::Full,
+        AttentionKind::SlidingWindow { window: 21 },
+    ] {
+        let shape = AttentionShape {
+            num_heads: nh,
+            num_kv_heads: nkv,
+            head_dim: hd,
+            block_size: bs,
+            scale: 0.125,
+            logit_softcap: None,
+            kind,
+        };
+        check_chunking(&shape, &kv, &rows, &table, n);
+    }
+}
+
+fn check_chunking(shape: &AttentionShape, kv: &KvCache, rows: &[f32], table: &[u32], n: usize) {
+    let (nh, nkv, hd, bs) = (
+        shape.num_heads,
+        shape.num_kv_heads,
+        shape.head_dim,
+        shape.block_size,
+    );
+    let width = (nh + 2 * nkv) * hd;
     let run = |cached: usize, len: usize| -> Vec<f32> {
         let mut batch = ForwardBatch::default();
-        batch.push_seq(&vec![0; len], cached, &table, bs).unwrap();
+        batch.push_seq(&vec![0; len], cached, table, bs).unwrap();
         let q = &rows[cached * width..(cached + len) * width];
         let mut out = vec![0f32; len * nh * hd];
         paged_attention(
-            &shape,
+            shape,
             Queries {
                 data: q,
                 row_stride: width,
             },
             kv.layer(0),
             &batch.seqs,
-            &batch.block_tables,
+            &batch.block_tables[0],
             &mut out,
             &mut Vec::new(),
         );
@@ -224,7 +323,8 @@ fn results_do_not_depend_on_chunking() {
             assert_eq!(
                 run(start, len),
                 whole[start * row..(start + len) * row],
-                "chunk {chunk} at {start}"
+                "chunk {chunk} at {start}, {:?}",
+                shape.kind
             );
             start += len;
         }

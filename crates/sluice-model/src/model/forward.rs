@@ -124,9 +124,17 @@ impl Model {
                 c.vocab_size
             );
         }
+        if batch.num_groups() != kv.group_specs().len() {
+            bail!(
+                "the batch has block tables for {} KV cache groups, the cache has {}",
+                batch.num_groups(),
+                kv.group_specs().len()
+            );
+        }
         if let Some(&b) = batch
             .block_tables
             .iter()
+            .flatten()
             .find(|&&b| b as usize >= kv.num_blocks())
         {
             bail!(
@@ -169,6 +177,7 @@ impl Model {
             // Each layer's own (`LayerAttention`) replace these two.
             scale: 1.0 / (hd as f32).sqrt(),
             logit_softcap: None,
+            kind: sluice_core::kv_cache::AttentionKind::Full,
         };
         let wiring = self.wiring;
 

@@ -14,6 +14,7 @@
 
 use crate::config::{ModelConfig, RopeScaling};
 use anyhow::{bail, Result};
+use sluice_core::kv_cache::AttentionKind;
 
 /// A rotary embedding's parameters (transformers' `rope_parameters`).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -75,14 +76,19 @@ impl LayerAttention {
         }
     }
 
+    /// Which keys a query sees, as the KV cache groups name it.
+    pub fn kind(&self) -> AttentionKind {
+        match self.window {
+            Some(window) => AttentionKind::SlidingWindow { window },
+            None => AttentionKind::Full,
+        }
+    }
+
     /// Whether the forward pass can run this layer of a model of `config`,
     /// with errors naming the config key that asks for what it cannot do.
     pub fn check(&self, config: &ModelConfig, layer: usize) -> Result<()> {
-        if let Some(w) = self.window {
-            bail!(
-                "config: layer {layer} has a sliding_window of {w} tokens: sliding-window \
-                 attention is not supported yet (the KV cache keeps every key)"
-            );
+        if self.window == Some(0) {
+            bail!("config: layer {layer} has a sliding_window of 0 tokens; it must be at least 1");
         }
         if !(self.scale > 0.0 && self.scale.is_finite()) {
             bail!(

@@ -331,8 +331,11 @@ impl Attention {
         let s = &AttentionShape {
             scale: layer_shape.scale,
             logit_softcap: layer_shape.logit_softcap,
+            kind: layer_shape.kind(),
             ..step.shape
         };
+        // The layer's KV cache group: its slots and block tables.
+        let group = kv.group_of(layer);
         let (hd, nh, nkv) = (s.head_dim, s.num_heads, s.num_kv_heads);
         let t = step.batch.num_tokens();
         let q_width = nh * hd;
@@ -359,7 +362,7 @@ impl Attention {
         }
         kv.write(
             layer,
-            &step.batch.slot_mapping,
+            &step.batch.slot_mapping[group],
             qkv,
             qkv_width,
             q_width,
@@ -373,7 +376,7 @@ impl Attention {
             },
             kv.layer(layer),
             &step.batch.seqs,
-            &step.batch.block_tables,
+            &step.batch.block_tables[group],
             attn,
             items,
         );

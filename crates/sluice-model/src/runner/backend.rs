@@ -16,6 +16,7 @@
 use crate::kv_cache::{KvCache, KvCacheConfig};
 use crate::model::{ForwardBatch, LoadedModel, Model, Workspace};
 use anyhow::{bail, Result};
+use sluice_core::kv_cache::{AttentionKind, KvCacheGroupSpec};
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -35,6 +36,12 @@ pub trait ForwardBackend: Send {
 
     /// Tokens per KV block.
     fn block_size(&self) -> usize;
+
+    /// The KV cache groups, in order: every batch brings one block table
+    /// per group (`ForwardBatch::block_tables`).
+    fn kv_cache_groups(&self) -> Vec<KvCacheGroupSpec> {
+        vec![KvCacheGroupSpec::FULL]
+    }
 
     /// Runs `batch`: writes its tokens' K/V into the cache at
     /// `batch.slot_mapping` and keeps what [`logits`](Self::logits) needs
@@ -69,8 +76,10 @@ impl CpuBackend {
     /// A backend over weights already read (several runners may share one
     /// model).
     pub fn with_model(model: Arc<Model>, kv_config: KvCacheConfig) -> Result<Self> {
+        let kv = KvCache::new(&model.config, kv_config)?;
+        check_windows(&model, &kv)?;
         Ok(CpuBackend {
-            kv: KvCache::new(&model.config, kv_config)?,
+            kv,
             model,
             kv_config,
             workspace: Workspace::default(),
@@ -87,6 +96,23 @@ impl CpuBackend {
     }
 }
 
+/// A group that frees blocks outside a window may only hold layers that
+/// attend inside that window (a model loaded with another plan than its
+/// config's could break this).
+fn check_windows(model: &Model, kv: &KvCache) -> Result<()> {
+    for (l, layer) in model.layers.iter().enumerate() {
+        let group = kv.group_specs()[kv.group_of(l)].kind;
+        let attends = layer.shape.kind();
+        if group != AttentionKind::Full && group != attends {
+            bail!(
+                "layer {l} attends as {attends:?} but its KV cache group keeps {group:?}: the \
+                 cache would free keys the layer reads"
+            );
+        }
+    }
+    Ok(())
+}
+
 impl ForwardBackend for CpuBackend {
     fn vocab_size(&self) -> usize {
         self.model.config.vocab_size
@@ -98,6 +124,10 @@ impl ForwardBackend for CpuBackend {
 
     fn block_size(&self) -> usize {
         self.kv_config.block_size
+    }
+
+    fn kv_cache_groups(&self) -> Vec<KvCacheGroupSpec> {
+        self.kv.group_specs().to_vec()
     }
 
     fn forward(&mut self, batch: &ForwardBatch) -> Result<()> {

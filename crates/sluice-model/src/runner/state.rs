@@ -16,7 +16,8 @@ pub(super) struct RequestState {
     /// Prompt, then outputs.
     pub(super) token_ids: Vec<u32>,
     pub(super) num_prompt_tokens: usize,
-    pub(super) block_table: Vec<u32>,
+    /// One block table per KV cache group.
+    pub(super) block_tables: Vec<Vec<u32>>,
     /// Tokens with KV in the cache before the current step.
     pub(super) num_computed_tokens: usize,
     /// Prompt positions whose logprobs were already reported (so a
@@ -35,8 +36,7 @@ impl RequestState {
             params: new.sampling_params.clone(),
             token_ids: new.prompt_token_ids.clone(),
             num_prompt_tokens: new.prompt_token_ids.len(),
-            // One group (`update_states` refuses more): its table.
-            block_table: new.block_ids.first().cloned().unwrap_or_default(),
+            block_tables: new.block_ids.clone(),
             num_computed_tokens: new.num_computed_tokens,
             num_prompt_logprobs_done: 0,
             uses_grammar: false,
@@ -44,12 +44,19 @@ impl RequestState {
         }
     }
 
-    /// Applies a running or resumed request's delta.
-    pub(super) fn apply_cached(&mut self, c: &CachedRequest, new_blocks: &[u32]) -> Result<()> {
-        if c.resumed {
-            self.block_table.clear();
+    /// Applies a running or resumed request's delta: `new_blocks(g)` is
+    /// what group `g`'s table gains (or, resumed, becomes).
+    pub(super) fn apply_cached<'a>(
+        &mut self,
+        c: &CachedRequest,
+        new_blocks: impl Fn(usize) -> &'a [u32],
+    ) -> Result<()> {
+        for (g, table) in self.block_tables.iter_mut().enumerate() {
+            if c.resumed {
+                table.clear();
+            }
+            table.extend_from_slice(new_blocks(g));
         }
-        self.block_table.extend_from_slice(new_blocks);
         if let Some(all) = &c.all_token_ids {
             if all.len() < self.num_prompt_tokens
                 || all[..self.num_prompt_tokens] != self.token_ids[..self.num_prompt_tokens]
