@@ -145,12 +145,13 @@ impl KvCacheConfig {
     /// the scheduler takes (`MAX_NUM_GPU_BLOCKS`). Errors say how much was
     /// requested; the caller names the flag that asked for it.
     pub fn check(&self, model: &ModelConfig) -> Result<()> {
-        self.sizes(model).map(|_| ())
+        let slots = model.kv_layer_groups(self.grouping).group_size();
+        self.sizes(model, slots).map(|_| ())
     }
 
     /// `check`, returning the floats of one tensor's K (and of its V) and
     /// the bytes of the whole cache.
-    fn sizes(&self, model: &ModelConfig) -> Result<(usize, u64)> {
+    fn sizes(&self, model: &ModelConfig, slots: usize) -> Result<(usize, u64)> {
         if self.block_size == 0 {
             bail!("block_size must be at least 1");
         }
@@ -166,7 +167,7 @@ impl KvCacheConfig {
             .try_fold(self.num_blocks, usize::checked_mul);
         let total = per_layer
             .and_then(|n| n.checked_mul(2 * std::mem::size_of::<f32>()))
-            .and_then(|n| n.checked_mul(model.kv_layer_groups(self.grouping).group_size()))
+            .and_then(|n| n.checked_mul(slots))
             .and_then(|n| u64::try_from(n).ok());
         let (Some(per_layer), Some(total)) = (per_layer, total) else {
             bail!(
@@ -253,8 +254,8 @@ impl KvCache {
     /// allocated) as `KvCacheConfig::check` says; an allocation that fails
     /// anyway is an error too.
     pub fn new(model: &ModelConfig, config: KvCacheConfig) -> Result<Self> {
-        let (per_tensor, total) = config.sizes(model)?;
         let groups = model.kv_layer_groups(config.grouping);
+        let (per_tensor, total) = config.sizes(model, groups.group_size())?;
         let layer_at = (0..model.num_hidden_layers)
             .map(|l| {
                 groups

@@ -45,7 +45,7 @@ fn block_outside_the_pool_is_an_error() {
 }
 
 #[test]
-fn several_kv_cache_groups_are_refused() {
+fn block_tables_for_more_groups_than_the_cache_has_are_refused() {
     let f = fixture("tiny-qwen2");
     let mut d = Driver::new(&f.loaded, scheduler_config(16, 32));
     let so = SchedulerOutput {

@@ -96,10 +96,10 @@ impl ForwardBatch {
             bail!("a sequence in the batch has no tokens");
         }
         if self.seqs.is_empty() {
+            // The first sequence sets the batch's groups (`resize_with`
+            // keeps the buffers of groups that stay).
             self.block_tables.resize_with(block_tables.len(), Vec::new);
             self.slot_mapping.resize_with(block_tables.len(), Vec::new);
-            self.block_tables.truncate(block_tables.len());
-            self.slot_mapping.truncate(block_tables.len());
         } else if block_tables.len() != self.block_tables.len() {
             bail!(
                 "a sequence brings {} block tables, the batch has {} KV cache groups",
