@@ -245,6 +245,10 @@ impl GgufModel {
         config.o_bias = has("blk.0.attn_output.bias");
         config.qk_norm = has("blk.0.attn_q_norm.weight");
         config.mlp_bias = has("blk.0.ffn_up.bias");
+        config.attention = architecture
+            .def()
+            .gguf_attention(md, &config)
+            .with_context(|| format!("{name}: attention settings"))?;
         config
             .validate()
             .with_context(|| format!("{name}: the model's shape"))?;

@@ -91,14 +91,19 @@ impl Loader<'_> {
         self.arch.tensor_name(id, self.naming)
     }
 
-    /// A norm weight (always f32).
+    /// A norm weight (always f32), offset as the architecture's norms
+    /// need in this naming ([`Arch::norm_weight_offset`]).
     pub fn vector(&self, id: TensorId, len: usize) -> Result<Vec<f32>> {
         let name = self.name(id);
-        let v = self
+        let mut v = self
             .source
             .read(&name, &[len], QuantFormat::F32)?
             .into_f32();
         self.source.release(&name);
+        let offset = self.arch.norm_weight_offset(self.naming);
+        if offset != 0.0 {
+            v.iter_mut().for_each(|w| *w += offset);
+        }
         Ok(v)
     }
 

@@ -1,0 +1,154 @@
+//! Gemma 3 (`Gemma3ForCausalLM`, llama.cpp's `gemma3`: the text models;
+//! GGUF files of the multimodal sizes hold only the text model too).
+//!
+//! Layer: RMSNorms before and after each block (`input_layernorm` /
+//! `post_attention_layernorm` around attention, `pre_feedforward_layernorm`
+//! / `post_feedforward_layernorm` around the MLP), per-head RMSNorm of q and
+//! k, a GELU-tanh gated MLP, no biases, the embedding multiplied by
+//! `sqrt(hidden_size)`, tied head. Every RMSNorm multiplies by `1 + w`:
+//! checkpoints store `w`, llama.cpp's converter stores `1 + w`, so the +1
+//! is added here only for Hugging Face names ([`Arch::norm_weight_offset`]).
+//!
+//! Attention alternates: sliding-window layers (`sliding_window` keys, the
+//! local RoPE base, 10,000 unless the config says otherwise, unscaled) and
+//! full ones (the global `rope_theta` with the config's `rope_scaling`).
+//! Which layer is which comes from `layer_types`, else from
+//! `sliding_window_pattern` (every N-th layer full; 6 by default, as
+//! transformers' `Gemma3TextConfig` and llama.cpp). The softmax scale is
+//! `query_pre_attn_scalar^-0.5`; a GGUF file does not store that scalar and
+//! llama.cpp uses `head_dim` (`hidden / heads` for the 62-layer 27B), which
+//! the GGUF reader below mirrors.
+
+use super::{Arch, Architecture, ConfigSwitches, LayerPieces, TensorNaming};
+use crate::config::{AttentionConfig, LayerType, ModelConfig, RopeScaling};
+use crate::model::layer_attention::{LayerAttention, RopeParams};
+use crate::model::wiring::{Activation, LayerWiring, NormPlacement};
+use anyhow::Result;
+use sluice_gguf::Metadata;
+
+pub(super) struct Gemma3;
+
+/// transformers' `Gemma3TextConfig` defaults, which llama.cpp hard-codes
+/// for `gemma3` files too.
+const DEFAULT_SLIDING_WINDOW_PATTERN: usize = 6;
+const DEFAULT_LOCAL_ROPE_BASE: f64 = 10_000.0;
+
+impl Arch for Gemma3 {
+    fn architecture(&self) -> Architecture {
+        Architecture::Gemma3
+    }
+
+    fn hf_architectures(&self) -> &'static [&'static str] {
+        &["Gemma3ForCausalLM"]
+    }
+
+    fn hf_model_types(&self) -> &'static [&'static str] {
+        &["gemma3_text"]
+    }
+
+    fn gguf_architecture(&self) -> &'static str {
+        "gemma3"
+    }
+
+    fn pieces(&self, s: ConfigSwitches) -> LayerPieces {
+        let attention_bias = s.attention_bias.unwrap_or(false);
+        LayerPieces {
+            qkv_bias: attention_bias,
+            o_bias: attention_bias,
+            qk_norm: true,
+            mlp_bias: false,
+        }
+    }
+
+    fn hf_sliding_window_in_force(&self, _use_sliding_window: Option<bool>) -> bool {
+        // The window applies to the sliding layers whatever the flag.
+        true
+    }
+
+    fn hf_default_tie_word_embeddings(&self) -> bool {
+        // Gemma3TextConfig(tie_word_embeddings=True).
+        true
+    }
+
+    fn norm_weight_offset(&self, naming: TensorNaming) -> f32 {
+        match naming {
+            TensorNaming::HuggingFace => 1.0,
+            // convert_hf_to_gguf.py's Gemma3Model adds `norm_shift` = 1.
+            TensorNaming::Gguf => 0.0,
+        }
+    }
+
+    fn wiring(&self, hidden_size: usize) -> LayerWiring {
+        LayerWiring {
+            norms: NormPlacement::PrePost,
+            activation: Activation::GeluTanh,
+            // transformers' Gemma3TextScaledWordEmbedding: a float32
+            // `hidden_size ** 0.5`, correctly rounded as `sqrt` is.
+            embedding_scale: Some((hidden_size as f32).sqrt()),
+        }
+    }
+
+    fn layer_attention(&self, config: &ModelConfig, layer: usize) -> LayerAttention {
+        let a = &config.attention;
+        let sliding = match &a.layer_types {
+            Some(types) => types.get(layer) == Some(&LayerType::SlidingAttention),
+            None => {
+                let pattern = a
+                    .sliding_window_pattern
+                    .unwrap_or(DEFAULT_SLIDING_WINDOW_PATTERN);
+                pattern != 0 && (layer + 1) % pattern != 0
+            }
+        };
+        let uniform = LayerAttention::uniform(config);
+        let scale = match a.query_pre_attn_scalar {
+            Some(s) => (1.0 / s.sqrt()) as f32,
+            None => uniform.scale,
+        };
+        let (window, rope) = if sliding {
+            let local = a.local_rope.unwrap_or(RopeParams {
+                base: DEFAULT_LOCAL_ROPE_BASE,
+                scaling: RopeScaling::None,
+            });
+            (a.sliding_window, local)
+        } else {
+            (None, RopeParams::of(config))
+        };
+        LayerAttention {
+            window,
+            scale,
+            rope: Some(rope),
+            logit_softcap: a.attn_logit_softcapping.map(|c| c as f32),
+        }
+    }
+
+    fn gguf_attention(&self, md: &Metadata, config: &ModelConfig) -> Result<AttentionConfig> {
+        let key = |k: &str| format!("gemma3.{k}");
+        let sliding_window = md
+            .opt(&key("attention.sliding_window"), Metadata::u64)?
+            .map(|w| w as usize);
+        // llama.cpp (llama-model.cpp, LLM_ARCH_GEMMA3): the 27B scales by
+        // hidden / heads (its query_pre_attn_scalar), every other size by
+        // head_dim; the file says neither.
+        let query_pre_attn_scalar = if config.num_hidden_layers == 62 {
+            config.hidden_size / config.num_attention_heads
+        } else {
+            config.head_dim
+        } as f64;
+        let local_base = md
+            .opt(&key("rope.freq_base_swa"), Metadata::f32)?
+            .map_or(DEFAULT_LOCAL_ROPE_BASE, f64::from);
+        Ok(AttentionConfig {
+            sliding_window,
+            sliding_window_pattern: Some(DEFAULT_SLIDING_WINDOW_PATTERN),
+            query_pre_attn_scalar: Some(query_pre_attn_scalar),
+            local_rope: Some(RopeParams {
+                base: local_base,
+                scaling: RopeScaling::None,
+            }),
+            attn_logit_softcapping: md
+                .opt(&key("attn_logit_softcapping"), Metadata::f32)?
+                .map(f64::from),
+            ..Default::default()
+        })
+    }
+}

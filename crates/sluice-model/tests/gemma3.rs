@@ -1,0 +1,212 @@
+//! Gemma 3 on the small random-weight fixture (`tests/data/tiny-gemma3`,
+//! made by transformers' `Gemma3ForCausalLM`: sliding window 24, layers 2
+//! and 5 full, two RoPE bases, linear scaling on the full layers,
+//! `query_pre_attn_scalar` 24): what sluice reads from its config and
+//! tokenizer, and its outputs through the scheduler with the hybrid KV
+//! cache — batched, chunked, preempted, prefix-cached — against
+//! transformers' (`reference.json`; the one-prompt-at-a-time comparison is
+//! in `reference.rs` with the other fixtures).
+
+mod common;
+
+use common::*;
+use sluice_core::block_pool::NULL_BLOCK;
+use sluice_core::kv_cache::{GroupingPolicy, KvCacheGroupSpec};
+use sluice_core::SchedulerConfig;
+use sluice_model::config::RopeScaling;
+use sluice_model::kv_cache::KvCacheConfig;
+use sluice_model::model::{DecoderPlan, RopeParams};
+use sluice_model::runner::ModelRunner;
+use sluice_model::tokenizer::Tokenizer;
+
+const WINDOW: usize = 24;
+
+fn u32s(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+/// The reference's own description of the model, read back through the
+/// config parser: which layers slide, the scale, both RoPEs.
+#[test]
+fn config_gives_the_layer_shapes_transformers_uses() {
+    let f = fixture("tiny-gemma3");
+    let s = &f.reference["settings"];
+    let c = &f.loaded.config;
+    let plan = DecoderPlan::of(c);
+    let types: Vec<&str> = s["layer_types"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert_eq!(plan.layers.len(), types.len());
+    assert_eq!(s["sliding_window"].as_u64(), Some(WINDOW as u64));
+    let full_rope = RopeParams {
+        base: 1e6,
+        scaling: RopeScaling::Linear { factor: 8.0 },
+    };
+    let local_rope = RopeParams {
+        base: 1e4,
+        scaling: RopeScaling::None,
+    };
+    for (layer, (shape, t)) in plan.layers.iter().zip(&types).enumerate() {
+        let sliding = *t == "sliding_attention";
+        assert_eq!(
+            shape.window,
+            sliding.then_some(WINDOW),
+            "layer {layer} ({t})"
+        );
+        assert_eq!(
+            shape.rope,
+            Some(if sliding { local_rope } else { full_rope }),
+            "layer {layer}"
+        );
+        // transformers: `query_pre_attn_scalar ** -0.5`, a Python float.
+        assert_eq!(
+            shape.scale,
+            24f64.powf(-0.5) as f32,
+            "query_pre_attn_scalar"
+        );
+        assert_eq!(shape.logit_softcap, None);
+    }
+    // vLLM's grouping: the four sliding layers in two groups of two (the
+    // full layers' count), beside the full group.
+    let groups = c.kv_layer_groups(GroupingPolicy::default());
+    assert_eq!(
+        groups.specs,
+        vec![
+            KvCacheGroupSpec::sliding_window(WINDOW),
+            KvCacheGroupSpec::sliding_window(WINDOW),
+            KvCacheGroupSpec::FULL
+        ]
+    );
+    assert_eq!(c.eos_token_ids, vec![1]);
+    assert_eq!(
+        f.loaded.generation_config.eos_token_ids,
+        u32s(&s["eos_token_ids"])
+    );
+}
+
+/// The SentencePiece tokenizer (tokenizer.json) gives transformers' ids for
+/// every prompt, and the Gemma chat template renders as transformers does.
+#[test]
+fn tokenizer_and_chat_template_match_transformers() {
+    let f = fixture("tiny-gemma3");
+    let tok = Tokenizer::from_dir(&f.dir).expect("tokenizer");
+    for p in f.reference["prompts"].as_array().unwrap() {
+        let text = p["text"].as_str().unwrap();
+        let ids = tok.encode(text, true).unwrap();
+        assert_eq!(ids, u32s(&p["input_ids"]), "{text:?}");
+    }
+    let chat = &f.reference["chat"];
+    let messages = chat["messages"].as_array().unwrap();
+    let rendered = tok
+        .apply_chat_template(messages, chat["add_generation_prompt"].as_bool().unwrap())
+        .unwrap();
+    assert_eq!(rendered, chat["rendered_prompt"].as_str().unwrap());
+    let ids = tok.encode(&rendered, false).unwrap();
+    assert_eq!(ids, u32s(&chat["input_ids"]));
+}
+
+fn driver(f: &Fixture, config: SchedulerConfig) -> Driver {
+    let kv = KvCacheConfig::new(config.block_size, config.num_gpu_blocks);
+    let runner = ModelRunner::new(&f.loaded, kv).expect("runner");
+    Driver::with_runner(runner, config)
+}
+
+fn check_against_reference(f: &Fixture, d: &Driver, what: &str) {
+    for p in &f.prompts {
+        let r = &d.results[&p.name];
+        assert_eq!(r.tokens, p.greedy_token_ids, "{what}: {}", p.name);
+        for (step, (got, want)) in r.logprobs.iter().zip(&p.top_logprobs).enumerate() {
+            let got = got.as_ref().unwrap();
+            for (g, &(id, lp)) in got.top.iter().zip(want) {
+                assert_eq!(g.token_id, id, "{what}: {} step {step}", p.name);
+                assert!((g.logprob - lp).abs() <= ATOL, "{what}: {} {step}", p.name);
+            }
+        }
+    }
+}
+
+/// Every prompt at once, with chunked prefill at several budgets, and a
+/// pool so small that requests are preempted and recomputed: transformers'
+/// tokens and logprobs every time, and the sliding groups never hold more
+/// than the window's blocks (plus the one being filled) of a request.
+#[test]
+fn batched_chunked_and_preempted_runs_match_transformers() {
+    let f = fixture("tiny-gemma3");
+    let bs = 4;
+    // (budget, blocks): all prompts in one step with room for everything;
+    // chunks of 7 and 33 tokens; 150 blocks of 4, where the prompts alone
+    // need 772 tokens in each of 3 groups without freeing.
+    for (budget, blocks, max_seqs) in [(2048, 800, 16), (7, 800, 5), (33, 400, 8), (64, 150, 8)] {
+        let config = SchedulerConfig {
+            max_num_batched_tokens: budget,
+            max_num_seqs: max_seqs,
+            ..scheduler_config(bs, blocks)
+        };
+        let mut d = driver(&f, config);
+        for p in &f.prompts {
+            d.add(&p.name, &p.input_ids, greedy_params(32));
+        }
+        let groups = d.sched.config().kv_cache_groups.clone();
+        let mut most_held = 0;
+        while d.sched.has_unfinished_requests() {
+            d.step();
+            for id in d.sched.running_ids() {
+                for (g, spec) in groups.iter().enumerate() {
+                    if *spec == KvCacheGroupSpec::FULL {
+                        continue;
+                    }
+                    let held = d
+                        .sched
+                        .group_block_ids(&id, sluice_core::kv_cache::GroupId(g as u32))
+                        .unwrap()
+                        .iter()
+                        .filter(|&&b| b != NULL_BLOCK)
+                        .count();
+                    most_held = most_held.max(held);
+                }
+            }
+            assert!(d.steps < 10_000);
+        }
+        d.step();
+        let preempted = d.sched.make_stats().num_preemptions_total;
+        if blocks == 150 {
+            assert!(preempted > 0, "150 blocks must preempt");
+        }
+        assert!(most_held >= WINDOW / bs, "the sliding groups were used");
+        // A window of 24 tokens over blocks of 4 spans at most 7 blocks, and
+        // the step's new tokens (up to one chunk) need theirs.
+        let bound = WINDOW.div_ceil(bs) + 1 + budget.min(256).div_ceil(bs);
+        assert!(
+            most_held <= bound,
+            "budget {budget}: a sliding group held {most_held} blocks of one request"
+        );
+        check_against_reference(&f, &d, &format!("budget {budget}, {blocks} blocks"));
+    }
+}
+
+/// A prompt computed before is served from the prefix cache of every group
+/// (the sliding groups keep the blocks inside the window), with the same
+/// outputs.
+#[test]
+fn prefix_cache_hits_in_every_group() {
+    let f = fixture("tiny-gemma3");
+    let p = f.prompts.iter().find(|p| p.name == "past_window").unwrap();
+    assert!(p.input_ids.len() > 4 * WINDOW);
+    let mut d = driver(&f, scheduler_config(16, 200));
+    d.add("first", &p.input_ids, greedy_params(32));
+    d.run();
+    d.add("again", &p.input_ids, greedy_params(32));
+    d.run();
+    let again = &d.results["again"];
+    assert_eq!(again.tokens, p.greedy_token_ids);
+    assert_eq!(d.results["first"].tokens, p.greedy_token_ids);
+    // Every full block but the last prompt token's comes from the cache.
+    assert_eq!(again.num_cached_tokens, (p.input_ids.len() - 1) / 16 * 16);
+}
