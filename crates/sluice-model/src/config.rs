@@ -215,8 +215,11 @@ impl ModelConfig {
 
     /// Parses and checks the text of a `config.json`.
     pub fn from_json(text: &str) -> Result<Self> {
+        let value: serde_json::Value =
+            serde_json::from_str(text).context("config.json is not valid JSON")?;
+        let value = with_architecture_defaults(text_model_config(value)?);
         let raw: RawConfig =
-            serde_json::from_str(text).context("config.json is not a valid model config")?;
+            serde_json::from_value(value).context("config.json is not a valid model config")?;
         raw.into_config()
     }
 
@@ -304,6 +307,67 @@ impl ModelConfig {
         }
         Ok(())
     }
+}
+
+/// The config of the text model: a multimodal checkpoint whose
+/// architecture runs only its language model (`Gemma3ForConditionalGeneration`)
+/// nests it under `text_config`, which inherits the outer config's token ids
+/// and dtype when it has none.
+fn text_model_config(mut value: serde_json::Value) -> Result<serde_json::Value> {
+    let names: Vec<String> = value
+        .get("architectures")
+        .and_then(|a| serde_json::from_value(a.clone()).ok())
+        .unwrap_or_default();
+    let Some(arch) = Architecture::from_hf(&names, None) else {
+        return Ok(value);
+    };
+    let Some(wrapper) = names
+        .iter()
+        .find(|n| arch.def().hf_text_model_wrappers().contains(&n.as_str()))
+    else {
+        return Ok(value);
+    };
+    let Some(serde_json::Value::Object(mut text)) =
+        value.get_mut("text_config").map(std::mem::take)
+    else {
+        bail!("config.json: {wrapper} has no `text_config` object");
+    };
+    for key in [
+        "bos_token_id",
+        "eos_token_id",
+        "pad_token_id",
+        "torch_dtype",
+        "dtype",
+    ] {
+        if let Some(v) = value.get(key) {
+            text.entry(key).or_insert_with(|| v.clone());
+        }
+    }
+    text.insert("architectures".into(), serde_json::json!([wrapper]));
+    Ok(serde_json::Value::Object(text))
+}
+
+/// `value` with the fields its architecture's transformers config class
+/// defaults filled in where absent (Gemma 3's text configs omit most).
+fn with_architecture_defaults(mut value: serde_json::Value) -> serde_json::Value {
+    let names: Vec<String> = value
+        .get("architectures")
+        .and_then(|a| serde_json::from_value(a.clone()).ok())
+        .unwrap_or_default();
+    let model_type = value
+        .get("model_type")
+        .and_then(|t| t.as_str())
+        .map(str::to_string);
+    let Some(arch) = Architecture::from_hf(&names, model_type.as_deref()) else {
+        return value;
+    };
+    let defaults = arch.def().hf_config_defaults();
+    if let (Some(obj), serde_json::Value::Object(defaults)) = (value.as_object_mut(), defaults) {
+        for (k, v) in defaults {
+            obj.entry(k).or_insert(v);
+        }
+    }
+    value
 }
 
 /// Token ids given as one integer or a list (both occur in the wild).

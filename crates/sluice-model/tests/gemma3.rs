@@ -210,3 +210,88 @@ fn prefix_cache_hits_in_every_group() {
     // Every full block but the last prompt token's comes from the cache.
     assert_eq!(again.num_cached_tokens, (p.input_ids.len() - 1) / 16 * 16);
 }
+
+/// The fixture as a `Gemma3ForConditionalGeneration` checkpoint would hold
+/// its text model: the config under `text_config` (given only where it
+/// differs from `Gemma3TextConfig`'s defaults, as Google's configs do), the
+/// tensors under transformers 4's `language_model.model.` or transformers
+/// 5's `model.language_model.` prefix, a vision tensor beside them.
+#[test]
+fn the_text_model_of_a_conditional_generation_checkpoint_loads() {
+    use safetensors::tensor::{Dtype, SafeTensors, TensorView};
+    use sluice_model::{load_model, ModelSpec};
+    let f = fixture("tiny-gemma3");
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(f.dir.join("config.json")).unwrap()).unwrap();
+    let mut text = config.as_object().unwrap().clone();
+    text.remove("architectures");
+    // Gemma3TextConfig's defaults.
+    for k in [
+        "rms_norm_eps",
+        "hidden_activation",
+        "bos_token_id",
+        "eos_token_id",
+    ] {
+        text.remove(k);
+    }
+    let outer = serde_json::json!({
+        "architectures": ["Gemma3ForConditionalGeneration"],
+        "model_type": "gemma3",
+        "eos_token_id": [1, 6],
+        "text_config": text,
+        "vision_config": {"hidden_size": 8},
+    });
+    let bytes = std::fs::read(f.dir.join("model.safetensors")).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let vision = [0u8; 16];
+    for (layout, prefix) in [
+        ("v4", "language_model.model."),
+        ("v5", "model.language_model."),
+    ] {
+        let dir =
+            std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("gemma3-{layout}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("config.json"), outer.to_string()).unwrap();
+        let mut views: Vec<(String, TensorView)> = st
+            .tensors()
+            .into_iter()
+            .map(|(n, v)| {
+                let renamed = match n.strip_prefix("model.") {
+                    Some(rest) => format!("{prefix}{rest}"),
+                    None => n.clone(),
+                };
+                (renamed, v)
+            })
+            .collect();
+        views.push((
+            "vision_tower.patch_embedding.weight".into(),
+            TensorView::new(Dtype::F32, vec![4], &vision).unwrap(),
+        ));
+        std::fs::write(
+            dir.join("model.safetensors"),
+            safetensors::serialize(views, None).unwrap(),
+        )
+        .unwrap();
+        let loaded = load_model(&ModelSpec {
+            dir: Some(dir.clone()),
+            dtype: sluice_model::DType::F32,
+            ..ModelSpec::default()
+        })
+        .expect("the text model loads");
+        assert_eq!(loaded.config.rms_norm_eps, 1e-6);
+        assert_eq!(
+            loaded.config.eos_token_ids,
+            vec![1, 6],
+            "the outer config's"
+        );
+        let model = sluice_model::model::Model::build(&loaded).unwrap();
+        for p in &f.prompts {
+            let diff = max_abs_diff(
+                &prompt_last_logits(&model, &p.input_ids),
+                &p.prompt_last_logits,
+            );
+            assert!(diff <= ATOL, "{layout}/{}: {diff}", p.name);
+        }
+    }
+}

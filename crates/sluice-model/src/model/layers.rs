@@ -87,8 +87,15 @@ pub(crate) struct Loader<'a> {
 }
 
 impl Loader<'_> {
+    /// The name of `id` in the source: the first of the architecture's
+    /// spellings it holds (the first, for errors, when it holds none).
     pub fn name(&self, id: TensorId) -> String {
-        self.arch.tensor_name(id, self.naming)
+        let names = self.arch.tensor_names(id, self.naming);
+        let found = names.iter().position(|n| self.source.contains(n));
+        names
+            .into_iter()
+            .nth(found.unwrap_or(0))
+            .unwrap_or_default()
     }
 
     /// A norm weight (always f32), offset as the architecture's norms

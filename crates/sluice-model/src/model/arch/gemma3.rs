@@ -1,5 +1,5 @@
-//! Gemma 3 (`Gemma3ForCausalLM`, llama.cpp's `gemma3`: the text models;
-//! GGUF files of the multimodal sizes hold only the text model too).
+//! Gemma 3 (`Gemma3ForCausalLM`, the text model of
+//! `Gemma3ForConditionalGeneration`, llama.cpp's `gemma3`).
 //!
 //! Layer: RMSNorms before and after each block (`input_layernorm` /
 //! `post_attention_layernorm` around attention, `pre_feedforward_layernorm`
@@ -19,7 +19,7 @@
 //! llama.cpp uses `head_dim` (`hidden / heads` for the 62-layer 27B), which
 //! the GGUF reader below mirrors.
 
-use super::{Arch, Architecture, ConfigSwitches, LayerPieces, TensorNaming};
+use super::{Arch, Architecture, ConfigSwitches, LayerPieces, TensorId, TensorNaming};
 use crate::config::{AttentionConfig, LayerType, ModelConfig, RopeScaling};
 use crate::model::layer_attention::{LayerAttention, RopeParams};
 use crate::model::wiring::{Activation, LayerWiring, NormPlacement};
@@ -39,7 +39,7 @@ impl Arch for Gemma3 {
     }
 
     fn hf_architectures(&self) -> &'static [&'static str] {
-        &["Gemma3ForCausalLM"]
+        &["Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"]
     }
 
     fn hf_model_types(&self) -> &'static [&'static str] {
@@ -63,6 +63,51 @@ impl Arch for Gemma3 {
     fn hf_sliding_window_in_force(&self, _use_sliding_window: Option<bool>) -> bool {
         // The window applies to the sliding layers whatever the flag.
         true
+    }
+
+    fn hf_text_model_wrappers(&self) -> &'static [&'static str] {
+        &["Gemma3ForConditionalGeneration"]
+    }
+
+    fn hf_config_defaults(&self) -> serde_json::Value {
+        // transformers' Gemma3TextConfig; the multimodal checkpoints'
+        // `text_config` gives little more than the sizes that differ.
+        serde_json::json!({
+            "vocab_size": 262_208,
+            "hidden_size": 2304,
+            "intermediate_size": 9216,
+            "num_hidden_layers": 26,
+            "num_attention_heads": 8,
+            "num_key_value_heads": 4,
+            "head_dim": 256,
+            "hidden_activation": "gelu_pytorch_tanh",
+            "max_position_embeddings": 131_072,
+            "rms_norm_eps": 1e-6,
+            "query_pre_attn_scalar": 256,
+            "sliding_window": 4096,
+            "rope_local_base_freq": 10_000.0,
+            "bos_token_id": 2,
+            "eos_token_id": 1,
+        })
+    }
+
+    fn tensor_names(&self, id: TensorId, naming: TensorNaming) -> Vec<String> {
+        let name = id.standard_name(naming);
+        if naming != TensorNaming::HuggingFace {
+            return vec![name];
+        }
+        // Gemma3ForConditionalGeneration: `language_model.model.*` and
+        // `language_model.lm_head` as transformers 4 saves it,
+        // `model.language_model.*` (head `lm_head`) as transformers 5 does.
+        let mut names = vec![name.clone()];
+        match name.strip_prefix("model.") {
+            Some(rest) => {
+                names.push(format!("language_model.model.{rest}"));
+                names.push(format!("model.language_model.{rest}"));
+            }
+            None => names.push(format!("language_model.{name}")),
+        }
+        names
     }
 
     fn hf_default_tie_word_embeddings(&self) -> bool {

@@ -185,6 +185,29 @@ pub trait Arch: Send + Sync {
     /// its own.
     fn wiring(&self, hidden_size: usize) -> LayerWiring;
 
+    /// Multimodal class names in `architectures` whose checkpoints nest
+    /// this architecture's config under `text_config` (and its tensors under
+    /// a language-model prefix: [`Arch::tensor_names`]); sluice runs the
+    /// text model.
+    fn hf_text_model_wrappers(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// The transformers config class's defaults for fields a `config.json`
+    /// may omit, as a JSON object (`null` when none are needed: the Llama
+    /// and Qwen configs in the wild spell their shape out).
+    fn hf_config_defaults(&self) -> serde_json::Value {
+        serde_json::Value::Null
+    }
+
+    /// Where the checkpoint may keep tensor `id` in `naming`, the likeliest
+    /// first; the loader takes the first the source holds. One spelling
+    /// ([`Arch::tensor_name`]) unless the architecture's checkpoints come
+    /// in several layouts.
+    fn tensor_names(&self, id: TensorId, naming: TensorNaming) -> Vec<String> {
+        vec![self.tensor_name(id, naming)]
+    }
+
     /// `tie_word_embeddings` when `config.json` does not say (the
     /// transformers config class's default).
     fn hf_default_tie_word_embeddings(&self) -> bool {
