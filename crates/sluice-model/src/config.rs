@@ -532,31 +532,7 @@ impl RawConfig {
             );
         }
         let num_hidden_layers = required(self.num_hidden_layers, "num_hidden_layers")?;
-        let layer_types = match &self.layer_types {
-            None => None,
-            Some(types) => {
-                if types.len() != num_hidden_layers {
-                    bail!(
-                        "config field `layer_types` has {} entries for num_hidden_layers {}",
-                        types.len(),
-                        num_hidden_layers
-                    );
-                }
-                let parsed = types
-                    .iter()
-                    .enumerate()
-                    .map(|(i, t)| {
-                        LayerType::parse(t).ok_or_else(|| {
-                            anyhow!(
-                                "config field `layer_types[{i}]` is {t:?}; supported: \
-                                 \"full_attention\", \"sliding_attention\""
-                            )
-                        })
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                Some(parsed)
-            }
-        };
+        let layer_types = parse_layer_types(self.layer_types.as_deref(), num_hidden_layers)?;
         let sliding_window_pattern = self
             .sliding_window_pattern
             .or(self.private_sliding_window_pattern);
@@ -610,6 +586,39 @@ impl RawConfig {
         config.validate()?;
         Ok(config)
     }
+}
+
+/// `layer_types`, checked: one known entry per layer.
+fn parse_layer_types(
+    types: Option<&[String]>,
+    num_hidden_layers: usize,
+) -> Result<Option<Vec<LayerType>>> {
+    let layer_types = match types {
+        None => None,
+        Some(types) => {
+            if types.len() != num_hidden_layers {
+                bail!(
+                    "config field `layer_types` has {} entries for num_hidden_layers {}",
+                    types.len(),
+                    num_hidden_layers
+                );
+            }
+            let parsed = types
+                .iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    LayerType::parse(t).ok_or_else(|| {
+                        anyhow!(
+                            "config field `layer_types[{i}]` is {t:?}; supported: \
+                             \"full_attention\", \"sliding_attention\""
+                        )
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Some(parsed)
+        }
+    };
+    Ok(layer_types)
 }
 
 /// `rope_parameters` as the config's own RoPE and, when it is given per

@@ -141,7 +141,7 @@ impl Arch for Gemma3 {
                 let pattern = a
                     .sliding_window_pattern
                     .unwrap_or(DEFAULT_SLIDING_WINDOW_PATTERN);
-                pattern != 0 && (layer + 1) % pattern != 0
+                pattern != 0 && !(layer + 1).is_multiple_of(pattern)
             }
         };
         let uniform = LayerAttention::uniform(config);
