@@ -206,7 +206,8 @@ impl GgufModel {
             .map_err(|_| anyhow!("{name}: token_embd.weight has too many rows"))?;
         let has = |t: &str| file.tensor(t).is_some();
         let vocab = vocab(md)?;
-        let eos_token_ids: Vec<u32> = [vocab.eos_token_id, vocab.eot_token_id, vocab.eom_token_id]
+        let eot_token_id = vocab.eot_token_id.or_else(|| end_of_turn_token(&vocab));
+        let eos_token_ids: Vec<u32> = [vocab.eos_token_id, eot_token_id, vocab.eom_token_id]
             .into_iter()
             .flatten()
             .fold(Vec::new(), |mut acc, id| {
@@ -289,6 +290,23 @@ impl GgufModel {
             },
         })
     }
+}
+
+/// Gemma's `<end_of_turn>`, which its GGUF files do not name as the
+/// end-of-turn token: llama.cpp finds it by its text (with the other
+/// chat formats' end-of-turn tokens) when `tokenizer.ggml.eot_token_id` is
+/// absent, and Gemma's generation_config.json lists it beside the EOS, so a
+/// chat turn stops there. Only a control token of that text counts.
+fn end_of_turn_token(vocab: &GgufVocab) -> Option<u32> {
+    let types = vocab.token_types.as_ref()?;
+    vocab
+        .tokens
+        .iter()
+        .zip(types)
+        .position(|(t, &ty)| {
+            t == "<end_of_turn>" && ty == sluice_tokenizer::gguf::token_type::CONTROL
+        })
+        .map(|i| i as u32)
 }
 
 fn read_f32(info: &TensorInfo) -> Result<Vec<f32>> {

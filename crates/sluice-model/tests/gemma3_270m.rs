@@ -186,3 +186,48 @@ fn a_4000_token_prompt_keeps_only_the_window_in_sliding_groups() {
     let distinct: std::collections::HashSet<_> = h.tokens.iter().collect();
     assert!(distinct.len() > 3, "a real continuation: {:?}", h.tokens);
 }
+
+/// google/gemma-3-270m's config.json, as its GGUF file and llama.cpp's
+/// rules give it: 18 layers, full attention at 5, 11 and 17, a window of
+/// 512, RoPE 1e6 global and 1e4 local, head_dim 256 (so the scale is
+/// 1/16), and `<end_of_turn>` (106) a stop token beside the EOS, as in its
+/// generation_config.json.
+#[test]
+fn config_is_gemma_3_270ms() {
+    use sluice_model::model::DecoderPlan;
+    let loaded = load(DType::Auto);
+    let c = &loaded.config;
+    assert_eq!(c.architecture, sluice_model::config::Architecture::Gemma3);
+    assert_eq!(
+        (c.num_hidden_layers, c.hidden_size, c.intermediate_size),
+        (18, 640, 2048)
+    );
+    assert_eq!(
+        (c.num_attention_heads, c.num_key_value_heads, c.head_dim),
+        (4, 1, 256)
+    );
+    assert_eq!(c.vocab_size, 262_144);
+    assert!(c.tie_word_embeddings && c.qk_norm);
+    assert_eq!(c.eos_token_ids, vec![1, 106]);
+    let plan = DecoderPlan::of(c);
+    let full: Vec<usize> = (0..18)
+        .filter(|&l| plan.layers[l].window.is_none())
+        .collect();
+    assert_eq!(full, vec![5, 11, 17]);
+    for (l, shape) in plan.layers.iter().enumerate() {
+        let rope = shape.rope.unwrap();
+        if full.contains(&l) {
+            assert_eq!(rope.base, 1e6);
+        } else {
+            assert_eq!((shape.window, rope.base), (Some(WINDOW), 1e4));
+        }
+        assert_eq!(shape.scale, 1.0 / 16.0);
+    }
+    assert_eq!(plan.wiring.embedding_scale, Some(640f32.sqrt()));
+    let tok = tokenizer(&loaded);
+    assert_eq!(
+        tok.encode("<start_of_turn>user\nHi<end_of_turn>", false)
+            .unwrap()[0],
+        105
+    );
+}
