@@ -295,3 +295,88 @@ fn the_text_model_of_a_conditional_generation_checkpoint_loads() {
         }
     }
 }
+
+/// The fixture converted by llama.cpp's `convert_hf_to_gguf.py`
+/// (`tiny-gemma3-f32.gguf`, made by `make_tiny_gemma3_gguf.py`): norms
+/// with the +1 folded in, the sliding layers' RoPE base in
+/// `rope.freq_base_swa`, and no `query_pre_attn_scalar` or layer pattern,
+/// which llama.cpp fills in with head_dim and every 6th layer full. Read
+/// as llama.cpp reads it, it computes what transformers computes for the
+/// fixture with those two settings (`reference-gguf.json`), and its
+/// vocabulary tokenizes the prompts as the fixture's tokenizer.json does.
+#[test]
+fn its_gguf_conversion_runs_as_llama_cpp_reads_it() {
+    use sluice_model::{load_model, DType, ModelSpec};
+    let f = fixture("tiny-gemma3");
+    let path = f.dir.join("tiny-gemma3-f32.gguf");
+    let loaded = load_model(&ModelSpec {
+        dir: Some(path.clone()),
+        dtype: DType::Auto,
+        ..ModelSpec::default()
+    })
+    .unwrap();
+    let plan = DecoderPlan::of(&loaded.config);
+    let windows: Vec<_> = plan.layers.iter().map(|l| l.window).collect();
+    assert_eq!(
+        windows,
+        [vec![Some(WINDOW); 5], vec![None]].concat(),
+        "llama.cpp's default pattern"
+    );
+    assert!(plan
+        .layers
+        .iter()
+        .all(|l| l.scale == 32f64.powf(-0.5) as f32));
+    let text = std::fs::read_to_string(f.dir.join("reference-gguf.json")).unwrap();
+    let reference: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let model = sluice_model::model::Model::build(&loaded).unwrap();
+    let mut d = Driver::new(&loaded, scheduler_config(16, 400));
+    let prompts = reference["prompts"].as_array().unwrap();
+    for p in prompts {
+        let name = p["name"].as_str().unwrap();
+        let ids = u32s(&p["input_ids"]);
+        let want: Vec<f32> = p["prompt_last_logits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap() as f32)
+            .collect();
+        let diff = max_abs_diff(&prompt_last_logits(&model, &ids), &want);
+        assert!(diff <= ATOL, "{name}: {diff}");
+        d.add(name, &ids, greedy_params(32));
+    }
+    d.run();
+    for p in prompts {
+        let name = p["name"].as_str().unwrap();
+        let r = &d.results[name];
+        assert_eq!(r.tokens, u32s(&p["greedy_token_ids"]), "{name}");
+        for (step, (got, want)) in r
+            .logprobs
+            .iter()
+            .zip(p["top_logprobs"].as_array().unwrap())
+            .enumerate()
+        {
+            let got = got.as_ref().unwrap();
+            for (g, w) in got.top.iter().zip(want.as_array().unwrap()) {
+                assert_eq!(
+                    g.token_id as u64,
+                    w["id"].as_u64().unwrap(),
+                    "{name} {step}"
+                );
+                let lp = w["logprob"].as_f64().unwrap() as f32;
+                assert!((g.logprob - lp).abs() <= ATOL, "{name} {step}");
+            }
+        }
+    }
+    // The file's vocabulary (SentencePiece scores, no dummy prefix) against
+    // the fixture's tokenizer.json, through transformers' ids.
+    let gguf = loaded.gguf.as_ref().unwrap();
+    let tok = Tokenizer::from_gguf_vocab(&gguf.vocab).unwrap();
+    for p in f.reference["prompts"].as_array().unwrap() {
+        let text = p["text"].as_str().unwrap();
+        assert_eq!(
+            tok.encode(text, true).unwrap(),
+            u32s(&p["input_ids"]),
+            "{text:?}"
+        );
+    }
+}

@@ -23,8 +23,8 @@ use super::{Arch, Architecture, ConfigSwitches, LayerPieces, TensorId, TensorNam
 use crate::config::{AttentionConfig, LayerType, ModelConfig, RopeScaling};
 use crate::model::layer_attention::{LayerAttention, RopeParams};
 use crate::model::wiring::{Activation, LayerWiring, NormPlacement};
-use anyhow::Result;
-use sluice_gguf::Metadata;
+use anyhow::{bail, Result};
+use sluice_gguf::{Array, Metadata};
 
 pub(super) struct Gemma3;
 
@@ -168,31 +168,78 @@ impl Arch for Gemma3 {
 
     fn gguf_attention(&self, md: &Metadata, config: &ModelConfig) -> Result<AttentionConfig> {
         let key = |k: &str| format!("gemma3.{k}");
+        if let Some(cap) = md.opt(&key("final_logit_softcapping"), Metadata::f32)? {
+            bail!(
+                "{} = {cap}: soft-capping the final logits is not supported",
+                key("final_logit_softcapping")
+            );
+        }
+        // llama.cpp (models/gemma3.cpp): no window (or 0) means no sliding
+        // layers at all; with one, the per-layer pattern from
+        // `attention.sliding_window_pattern` (a bool per layer, or N: every
+        // N-th layer full, 0: every layer slides), 6 when absent.
         let sliding_window = md
             .opt(&key("attention.sliding_window"), Metadata::u64)?
+            .filter(|&w| w > 0)
             .map(|w| w as usize);
-        // llama.cpp (llama-model.cpp, LLM_ARCH_GEMMA3): the 27B scales by
-        // hidden / heads (its query_pre_attn_scalar), every other size by
-        // head_dim; the file says neither.
-        let query_pre_attn_scalar = if config.num_hidden_layers == 62 {
+        let layers = config.num_hidden_layers;
+        let layer_types = match sliding_window {
+            None => vec![LayerType::FullAttention; layers],
+            Some(_) => {
+                let pattern_key = key("attention.sliding_window_pattern");
+                let sliding: Vec<bool> = match md.get(&pattern_key) {
+                    Some(v) if v.as_array().is_some() => match md.array(&pattern_key)? {
+                        Array::Bool(b) if b.len() == layers => b.clone(),
+                        a => bail!(
+                            "{pattern_key}: expected {layers} booleans (one per layer), found \
+                             {} of {}",
+                            a.len(),
+                            a.element_type()
+                        ),
+                    },
+                    Some(_) => {
+                        let n = md.u32(&pattern_key)? as usize;
+                        (0..layers).map(|l| n == 0 || l % n < n - 1).collect()
+                    }
+                    None => (0..layers)
+                        .map(|l| {
+                            l % DEFAULT_SLIDING_WINDOW_PATTERN < DEFAULT_SLIDING_WINDOW_PATTERN - 1
+                        })
+                        .collect(),
+                };
+                sliding
+                    .into_iter()
+                    .map(|s| {
+                        if s {
+                            LayerType::SlidingAttention
+                        } else {
+                            LayerType::FullAttention
+                        }
+                    })
+                    .collect()
+            }
+        };
+        // llama.cpp: the 27B scales by hidden / heads (its
+        // query_pre_attn_scalar), every other size by head_dim; the file
+        // says neither.
+        let query_pre_attn_scalar = if layers == 62 {
             config.hidden_size / config.num_attention_heads
         } else {
             config.head_dim
         } as f64;
+        // The sliding layers' RoPE: `rope.freq_base_swa`, else llama.cpp's
+        // 10,000, unscaled.
         let local_base = md
             .opt(&key("rope.freq_base_swa"), Metadata::f32)?
             .map_or(DEFAULT_LOCAL_ROPE_BASE, f64::from);
         Ok(AttentionConfig {
             sliding_window,
-            sliding_window_pattern: Some(DEFAULT_SLIDING_WINDOW_PATTERN),
+            layer_types: Some(layer_types),
             query_pre_attn_scalar: Some(query_pre_attn_scalar),
             local_rope: Some(RopeParams {
                 base: local_base,
                 scaling: RopeScaling::None,
             }),
-            attn_logit_softcapping: md
-                .opt(&key("attn_logit_softcapping"), Metadata::f32)?
-                .map(f64::from),
             ..Default::default()
         })
     }
