@@ -9,12 +9,13 @@ Gemma's RMSNorm weights, and gives:
 - `config_seen`: the config it read from the file;
 - `tokenizer`: ids of varied strings from the tokenizer it builds from the
   file, with and without special tokens, and llama.cpp's ids for the same
-  strings where --llama-cpp-lib is given (disagreements listed);
+  strings (`llama-tokenize`, special tokens parsed) where llama.cpp is given
+  (disagreements listed);
 - `prompts`: four prompts (about 6, 120, 700 and 1,100 tokens; the window is
   512) with 16 greedy tokens and the top-5 logprobs of every step, float32;
 - `teacher_forced`: a text of 1,536 tokens with the float32 argmax at every
   position (the prediction of the next token) and its top-1 / top-2 logit
-  margin, and, where --llama-cpp-lib is given, llama.cpp's argmax on the
+  margin, and, where llama.cpp is given, llama.cpp's argmax on the
   quantized file itself (all positions' logits of one context, 2 threads)
   with the share of positions where the two agree.
 
@@ -25,18 +26,22 @@ terms allow; the ids are the reference, the texts are kept for the record.
 Usage:
     python tools/make_gemma3_refs.py --gguf .cache/models/gemma-3-270m-q4_k_m.gguf \\
         --out crates/sluice-model/tests/data/gemma3-270m/reference.json \\
-        [--llama-cpp-lib DIR_WITH_LIBLLAMA]
+        [--llama-cpp-src LLAMA_CPP --llama-cpp-bin LLAMA_CPP_BUILD/bin]
 
-Needs torch, transformers (5.x, with gguf), gguf, sentencepiece, numpy; for
-the llama.cpp figures the `llama_cpp` package (llama-cpp-python), whose
-LLAMA_CPP_LIB_PATH this sets to --llama-cpp-lib.
+Needs torch, transformers (5.x, with gguf), gguf, sentencepiece, numpy,
+accelerate; for the llama.cpp figures a llama.cpp source tree and its build
+(llama-tokenize, libllama), against which tools/llama_cpp_argmax.c is
+compiled with `cc`.
 """
 
 import argparse
+import ast
 import hashlib
 import json
 import os
+import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -120,7 +125,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--gguf", required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--llama-cpp-lib", help="directory with llama.cpp's libllama")
+    ap.add_argument("--llama-cpp-src", help="llama.cpp's source tree (for llama.h)")
+    ap.add_argument("--llama-cpp-bin", help="its build's bin/ (llama-tokenize, libllama)")
     ap.add_argument("--texts", default="/usr/share/common-licenses")
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
@@ -166,19 +172,38 @@ def main():
     config_seen["input_layernorm_0_mean"] = f32(norm.mean())
 
     llama = None
-    if args.llama_cpp_lib:
-        os.environ["LLAMA_CPP_LIB_PATH"] = os.path.abspath(args.llama_cpp_lib)
-        import llama_cpp
-
-        llama = llama_cpp.Llama(
-            model_path=gguf,
-            n_ctx=2048,
-            n_batch=2048,
-            n_ubatch=2048,
-            n_threads=args.threads,
-            logits_all=True,
-            verbose=False,
+    scratch = tempfile.mkdtemp()
+    if args.llama_cpp_bin:
+        bin_dir = os.path.abspath(args.llama_cpp_bin)
+        src = os.path.abspath(args.llama_cpp_src)
+        argmax_tool = os.path.join(scratch, "llama_cpp_argmax")
+        here = os.path.dirname(os.path.abspath(__file__))
+        subprocess.run(
+            ["cc", "-O2", os.path.join(here, "llama_cpp_argmax.c"),
+             "-I", os.path.join(src, "include"), "-I", os.path.join(src, "ggml", "include"),
+             "-L", bin_dir, "-lllama", "-Wl,-rpath," + bin_dir, "-o", argmax_tool],
+            check=True,
         )
+
+        def llama_tokenize(text, add_bos):
+            path = os.path.join(scratch, "text")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+            cmd = [os.path.join(bin_dir, "llama-tokenize"), "-m", gguf, "-f", path,
+                   "--ids", "--log-disable"]
+            if not add_bos:
+                cmd.append("--no-bos")
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+            return ast.literal_eval(out.strip().splitlines()[-1])
+
+        def llama_argmax(ids):
+            out = subprocess.run(
+                [argmax_tool, gguf, str(args.threads)],
+                input=" ".join(map(str, ids)), check=True, capture_output=True, text=True,
+            ).stdout
+            return [int(x) for x in out.split()]
+
+        llama = (llama_tokenize, llama_argmax)
 
     tokenizer_cases = []
     disagreements = []
@@ -188,7 +213,7 @@ def main():
             key = "ids_with_special" if special else "ids"
             case[key] = tok(text, add_special_tokens=special)["input_ids"]
             if llama is not None:
-                ids = llama.tokenize(text.encode(), add_bos=special, special=True)
+                ids = llama[0](text, special)
                 case["llama_cpp_" + key] = ids
                 if ids != case[key]:
                     disagreements.append({"text": text, "add_special_tokens": special})
@@ -255,10 +280,8 @@ def main():
     }
     del logits
     if llama is not None:
-        llama.reset()
-        llama.eval(teacher_ids)
-        scores = np.asarray(llama.scores[: len(teacher_ids)])
-        ll_argmax = scores.argmax(-1).tolist()
+        ll_argmax = llama[1](teacher_ids)
+        assert len(ll_argmax) == len(argmax)
         same = sum(a == b for a, b in zip(ll_argmax, argmax))
         teacher["llama_cpp_argmax"] = ll_argmax
         teacher["llama_cpp_same_top"] = same / len(argmax)
@@ -273,9 +296,7 @@ def main():
             "torch": torch.__version__,
             "transformers": transformers.__version__,
             "gguf": getattr(gguf_py, "__version__", "?"),
-            "llama_cpp_python": (
-                __import__("llama_cpp").__version__ if llama is not None else None
-            ),
+            "llama_cpp": "the build given (see settings.llama_cpp)" if llama else None,
         },
         "settings": {
             "dtype": "float32 (every tensor dequantized by transformers' GGUF loader)",
@@ -289,9 +310,10 @@ def main():
             "teacher_forced": "one forward pass over input_ids; f32_argmax[i] is the "
             "argmax of the logits at position i (the prediction of token i + 1); "
             "f32_margins[i] its top-1 minus top-2 logit",
-            "llama_cpp": "llama-cpp-python Llama(n_ctx=2048, n_batch=n_ubatch=2048, "
-            "logits_all=True, n_threads=%d) on the quantized file; tokenize(add_bos="
-            "add_special_tokens, special=True)" % args.threads,
+            "llama_cpp": "tools/llama_cpp_argmax.c on the quantized file: one context "
+            "and one batch of all input_ids, every position's logits, %d threads; ids "
+            "by llama-tokenize -f (special tokens parsed; --no-bos without special "
+            "tokens)" % args.threads,
             "floats": "shortest decimal that round-trips the float32 value",
             "texts": "cut from Debian common-licenses files: medium Apache-2.0, "
             "long_700 GPL-3, long_1100 LGPL-2.1, teacher_forced MPL-2.0",

@@ -231,3 +231,156 @@ fn config_is_gemma_3_270ms() {
         105
     );
 }
+
+fn reference() -> serde_json::Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/gemma3-270m/reference.json");
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}
+
+/// The reference was made from this very file.
+fn check_file(reference: &serde_json::Value) {
+    let meta = std::fs::metadata(gemma3_gguf()).unwrap();
+    assert_eq!(meta.len(), reference["gguf"]["bytes"].as_u64().unwrap());
+}
+
+/// The file's SentencePiece vocabulary (262,144 tokens, no dummy prefix,
+/// byte fallback) tokenizes varied text as transformers' tokenizer for the
+/// same file does, with and without the BOS.
+#[test]
+fn tokenizer_ids_equal_transformers() {
+    let reference = reference();
+    check_file(&reference);
+    let loaded = load(DType::Auto);
+    let tok = tokenizer(&loaded);
+    let cases = reference["tokenizer"]["cases"].as_array().unwrap();
+    assert!(cases.len() >= 30);
+    for case in cases {
+        let text = case["text"].as_str().unwrap();
+        assert_eq!(
+            tok.encode(text, true).unwrap(),
+            ids(&case["ids_with_special"]),
+            "{text:?}"
+        );
+        assert_eq!(
+            tok.encode(text, false).unwrap(),
+            ids(&case["ids"]),
+            "{text:?}"
+        );
+    }
+}
+
+/// The file dequantized to float32 (`--dtype f32`) computes what
+/// transformers computes from the same file dequantized: the greedy tokens
+/// of prompts shorter and longer than the window (512), and their top-5
+/// logprobs.
+#[test]
+fn float32_outputs_equal_transformers() {
+    let reference = reference();
+    check_file(&reference);
+    let loaded = load(DType::F32);
+    let prompts = reference["prompts"].as_array().unwrap();
+    let longest = prompts
+        .iter()
+        .map(|p| p["input_ids"].as_array().unwrap().len())
+        .max()
+        .unwrap();
+    assert!(longest > 2 * WINDOW);
+    let mut d = driver(
+        &loaded,
+        GroupingPolicy::default(),
+        config(16, 600, 2048, 2048),
+    );
+    for p in prompts {
+        let steps = p["greedy_token_ids"].as_array().unwrap().len();
+        d.add(
+            p["name"].as_str().unwrap(),
+            &ids(&p["input_ids"]),
+            greedy_params(steps),
+        );
+    }
+    d.run();
+    let mut worst = 0f32;
+    for p in prompts {
+        let name = p["name"].as_str().unwrap();
+        let r = &d.results[name];
+        assert_eq!(r.tokens, ids(&p["greedy_token_ids"]), "{name}");
+        for (step, (got, want)) in r
+            .logprobs
+            .iter()
+            .zip(p["top_logprobs"].as_array().unwrap())
+            .enumerate()
+        {
+            let got = got.as_ref().unwrap();
+            for (g, w) in got.top.iter().zip(want.as_array().unwrap()) {
+                assert_eq!(
+                    g.token_id as u64,
+                    w["id"].as_u64().unwrap(),
+                    "{name} step {step}"
+                );
+                let diff = (g.logprob - w["logprob"].as_f64().unwrap() as f32).abs();
+                worst = worst.max(diff);
+            }
+        }
+    }
+    // f32 sums over 18 layers in another order than PyTorch's.
+    assert!(worst <= 2e-3, "max |Δlogprob| {worst}");
+    eprintln!("float32 vs transformers: max |Δlogprob| = {worst}");
+}
+
+/// On the quantized file itself, teacher-forced over 1,536 tokens (three
+/// windows), sluice's top token agrees with the float32 model's at least
+/// as often as llama.cpp's does on the same file.
+#[test]
+fn quantized_top_tokens_agree_with_float32_as_often_as_llama_cpps() {
+    let reference = reference();
+    check_file(&reference);
+    let t = &reference["teacher_forced"];
+    let prompt = ids(&t["input_ids"]);
+    let want = ids(&t["f32_argmax"]);
+    let llama_cpp_same = t["llama_cpp_same_top"]
+        .as_f64()
+        .expect("llama.cpp's figure");
+    let loaded = load(DType::Auto);
+    let mut d = driver(
+        &loaded,
+        GroupingPolicy::default(),
+        config(16, 600, 2048, 512),
+    );
+    let params = SamplingParams {
+        prompt_logprobs: Some(1),
+        ignore_eos: true,
+        ..SamplingParams::greedy(1)
+    };
+    d.sched
+        .add_request(NewRequest::new("t", prompt.clone(), params))
+        .unwrap();
+    let mut top = Vec::new();
+    let mut last = None;
+    while d.sched.has_unfinished_requests() {
+        let so = d.sched.schedule();
+        let out = d.runner.execute(&so).unwrap();
+        for p in &out.prompt_logprobs {
+            top.extend(p.positions.iter().map(|s| s.top[0].token_id));
+        }
+        for u in d.sched.update_from_output(&so, &out) {
+            last = u.new_token_ids.first().copied().or(last);
+        }
+    }
+    // Positions 0 .. n-2 from the prompt logprobs, n-1 the sampled token.
+    top.push(last.unwrap());
+    assert_eq!(top.len(), want.len());
+    let same = top.iter().zip(&want).filter(|(a, b)| a == b).count() as f64 / want.len() as f64;
+    eprintln!("top token = float32's: sluice {same:.4}, llama.cpp {llama_cpp_same:.4}");
+    assert!(
+        same >= llama_cpp_same,
+        "sluice agrees with float32 at {same:.4} of positions, llama.cpp at {llama_cpp_same:.4}"
+    );
+}
