@@ -287,6 +287,7 @@ impl GgufModel {
                 file: Arc::new(file),
                 permute_qk,
                 keep_stored: true,
+                dequantize: false,
             },
         })
     }
@@ -335,6 +336,10 @@ pub struct GgufSource {
     /// included; otherwise float tensors are converted to the requested
     /// dtype (or quantized to it at load).
     keep_stored: bool,
+    /// Hand quantized tensors out dequantized to the requested float dtype
+    /// too (exactly as `gguf.quants.dequantize` does), for a float
+    /// reference run of a quantized file.
+    dequantize: bool,
 }
 
 impl GgufSource {
@@ -346,6 +351,13 @@ impl GgufSource {
     /// converted to the dtype the model asks for.
     pub fn set_keep_stored(&mut self, keep: bool) {
         self.keep_stored = keep;
+    }
+
+    /// Whether quantized tensors are dequantized to the requested float
+    /// dtype (a reference run of the file's own weights without its
+    /// integer arithmetic) instead of running as stored.
+    pub fn set_dequantize(&mut self, dequantize: bool) {
+        self.dequantize = dequantize;
     }
 
     /// The head count whose rows `name` holds permuted, if it is a `llama`
@@ -392,8 +404,13 @@ impl TensorSource for GgufSource {
     fn format_of(&self, name: &str, requested: QuantFormat) -> Result<QuantFormat> {
         let info = self.file.require_tensor(name)?;
         let stored = stored_format(info)?;
-        Ok(if stored.is_float() && !self.keep_stored {
-            // Converted (or quantized at load) as asked.
+        let convert = if stored.is_float() {
+            !self.keep_stored
+        } else {
+            self.dequantize && requested.is_float()
+        };
+        Ok(if convert {
+            // Converted (or quantized at load, or dequantized) as asked.
             requested
         } else {
             // The stored format, used by the kernels as it is.
