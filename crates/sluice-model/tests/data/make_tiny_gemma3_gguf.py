@@ -19,13 +19,31 @@ fixture with query_pre_attn_scalar = 32 and layer_types
 [sliding x5, full]. reference-gguf.json holds transformers' outputs for
 that model, in reference.json's `prompts` layout (same prompts, 32 greedy
 tokens, top-5 logprobs, the logits at the last prompt position).
+
+The converter takes token types from the SentencePiece model and from
+tokenizer_config.json's `added_tokens_decoder`, not from tokenizer.json; the
+fixture's tokenizer_config.json (written by transformers 5) has no
+`added_tokens_decoder`, so <mask>, <start_of_turn> and <end_of_turn> would
+land in the file as normal pieces that llama.cpp never matches whole. The
+conversion therefore runs on a copy of the fixture whose tokenizer_config.json
+gains the `added_tokens_decoder` that tokenizer.json's added tokens imply (as
+the real Gemma 3 checkpoints carry): the seven specials become control tokens
+with score -1000, as in Gemma 3 270M's own GGUF.
+
+With --llama-cpp-lib DIR (a libllama.so for llama-cpp-python's bindings, the
+same llama.cpp as the converter), reference-gguf.json also records what
+llama.cpp itself computes from the file: its greedy ids, its largest logit
+difference from the transformers logits, and whether its tokenization of
+the prompts and of the chat prompt equals the fixture's.
 """
 
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import torch
@@ -47,19 +65,79 @@ def f32(x):
     return float(str(np.float32(x)))
 
 
+def llama_cpp_outputs(gguf_path, lib_dir, base, prompts):
+    """llama.cpp's own run of the file (one thread, F16 KV cache as its
+    default): greedy ids as a manual argmax loop, and its tokenizer."""
+    os.environ["LLAMA_CPP_LIB_PATH"] = os.path.abspath(lib_dir)
+    import llama_cpp
+
+    llm = llama_cpp.Llama(
+        model_path=gguf_path,
+        n_ctx=512,
+        n_batch=512,
+        n_ubatch=512,
+        n_threads=1,
+        n_threads_batch=1,
+        logits_all=True,
+        verbose=False,
+    )
+    greedy, worst = {}, 0.0
+    for p in prompts:
+        ids = p["input_ids"]
+        llm.reset()
+        llm.eval(ids)
+        first = np.array(llm.scores[len(ids) - 1], dtype=np.float64)
+        worst = max(worst, float(np.abs(first - np.array(p["prompt_last_logits"])).max()))
+        new = []
+        for _ in range(MAX_NEW_TOKENS):
+            new.append(int(np.argmax(llm.scores[llm.n_tokens - 1])))
+            llm.eval([new[-1]])
+        greedy[p["name"]] = new
+    chat = base["chat"]
+    return {
+        "llama_cpp_python": llama_cpp.__version__,
+        "greedy_token_ids": greedy,
+        "greedy_equal": all(greedy[p["name"]] == p["greedy_token_ids"] for p in prompts),
+        "max_abs_prompt_last_logit_diff": f32(worst),
+        "prompt_ids_equal": all(
+            llm.tokenize(p["text"].encode(), add_bos=True, special=True) == p["input_ids"]
+            for p in base["prompts"]
+        ),
+        "chat_ids_equal": llm.tokenize(chat["rendered_prompt"].encode(), add_bos=False, special=True)
+        == chat["input_ids"],
+    }
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--convert", required=True, help="llama.cpp's convert_hf_to_gguf.py")
+    ap.add_argument(
+        "--llama-cpp-lib",
+        help="directory of libllama.so for llama-cpp-python: also record llama.cpp's own outputs",
+    )
     args = ap.parse_args()
     out = os.path.join(FIXTURE, "tiny-gemma3-f32.gguf")
     env = dict(os.environ)
     gguf_py = os.path.join(os.path.dirname(os.path.abspath(args.convert)), "gguf-py")
     env["PYTHONPATH"] = gguf_py + os.pathsep + env.get("PYTHONPATH", "")
-    subprocess.run(
-        [sys.executable, args.convert, FIXTURE, "--outtype", "f32", "--outfile", out],
-        check=True,
-        env=env,
-    )
+    with tempfile.TemporaryDirectory() as tmp:
+        # Same directory name: the converter derives general.name from it.
+        staged = os.path.join(tmp, os.path.basename(FIXTURE))
+        shutil.copytree(FIXTURE, staged, ignore=shutil.ignore_patterns("*.gguf", "reference*.json"))
+        with open(os.path.join(FIXTURE, "tokenizer.json")) as f:
+            added = json.load(f)["added_tokens"]
+        with open(os.path.join(staged, "tokenizer_config.json")) as f:
+            tok_cfg = json.load(f)
+        tok_cfg["added_tokens_decoder"] = {
+            str(t["id"]): {k: v for k, v in t.items() if k != "id"} for t in added
+        }
+        with open(os.path.join(staged, "tokenizer_config.json"), "w") as f:
+            json.dump(tok_cfg, f, indent=2, ensure_ascii=False)
+        subprocess.run(
+            [sys.executable, args.convert, staged, "--outtype", "f32", "--outfile", out],
+            check=True,
+            env=env,
+        )
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -121,6 +199,8 @@ def main():
         },
         "prompts": prompts,
     }
+    if args.llama_cpp_lib:
+        reference["llama_cpp"] = llama_cpp_outputs(out, args.llama_cpp_lib, base, prompts)
     path = os.path.join(FIXTURE, "reference-gguf.json")
     with open(path, "w") as f:
         json.dump(reference, f, separators=(",", ":"))
