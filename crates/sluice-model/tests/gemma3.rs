@@ -379,4 +379,15 @@ fn its_gguf_conversion_runs_as_llama_cpp_reads_it() {
             "{text:?}"
         );
     }
+    // The file's chat template and control tokens: the chat renders and
+    // tokenizes as transformers does it from the checkpoint.
+    let chat = &f.reference["chat"];
+    let rendered = tok
+        .apply_chat_template(chat["messages"].as_array().unwrap(), true)
+        .unwrap();
+    assert_eq!(rendered, chat["rendered_prompt"].as_str().unwrap());
+    assert_eq!(
+        tok.encode(&rendered, false).unwrap(),
+        u32s(&chat["input_ids"])
+    );
 }
