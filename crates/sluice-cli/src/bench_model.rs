@@ -100,8 +100,10 @@ struct RunTiming {
     output_tok_s: f64,
     /// Duration of the first step (the prefill, when it fits one step).
     first_step: Duration,
-    /// The most KV blocks the pool had in use after a step.
-    peak_blocks: usize,
+    /// KV blocks in use after the last step where every request decoded
+    /// and none had finished (what the sequences hold at their length,
+    /// out-of-window blocks freed).
+    decode_blocks: usize,
 }
 
 struct Bench {
@@ -147,7 +149,7 @@ impl Bench {
         let mut first_step = None;
         let (mut decode_time, mut decode_tokens) = (Duration::ZERO, 0usize);
         let mut output_tokens = 0usize;
-        let mut peak_blocks = 0;
+        let mut decode_blocks = 0;
         let pool_blocks = self.sched_config.num_gpu_blocks.saturating_sub(1);
         while sched.has_unfinished_requests() {
             let t0 = Instant::now();
@@ -156,8 +158,6 @@ impl Bench {
             let updates = sched.update_from_output(&so, &out);
             let dt = t0.elapsed();
             first_step.get_or_insert(dt);
-            let free = sched.kv_cache_manager().num_free_blocks();
-            peak_blocks = peak_blocks.max(pool_blocks.saturating_sub(free));
             let sampled: usize = updates.iter().map(|u| u.new_token_ids.len()).sum();
             output_tokens += sampled;
             let all_decoding = so.num_scheduled_tokens.len() == num_reqs
@@ -165,6 +165,10 @@ impl Bench {
             if all_decoding {
                 decode_time += dt;
                 decode_tokens += sampled;
+                if sched.get_num_unfinished_requests() == num_reqs {
+                    let free = sched.kv_cache_manager().num_free_blocks();
+                    decode_blocks = pool_blocks.saturating_sub(free);
+                }
             }
             if so.total_num_scheduled_tokens == 0 {
                 bail!("the scheduler stalled (KV cache too small?)");
@@ -183,7 +187,7 @@ impl Bench {
             },
             output_tok_s: output_tokens as f64 / total.as_secs_f64(),
             first_step: first_step.unwrap_or_default(),
-            peak_blocks,
+            decode_blocks,
         })
     }
 }
@@ -440,7 +444,7 @@ struct Figures {
     bandwidth: f64,
     /// One request's decode rate against the bandwidth bound.
     bound_fraction: Option<f64>,
-    /// The most KV blocks one request held (the one-request runs).
+    /// The KV blocks one request held while decoding, at its last step.
     kv_peak_one: usize,
     kv: Option<KvFigures>,
 }
@@ -474,7 +478,7 @@ fn measure(b: &mut Bench, args: &BenchModelArgs) -> Result<Figures> {
         for _ in 0..args.repeats {
             let t = b.run(c, b.output_len)?;
             if c == 1 {
-                kv_peak_one = kv_peak_one.max(t.peak_blocks);
+                kv_peak_one = kv_peak_one.max(t.decode_blocks);
             }
             decode.push(t.decode_tok_s);
             output.push(t.output_tok_s);
@@ -569,7 +573,7 @@ fn report(
         eprintln!(
             "  {:<34} {:>10.1}",
             format!(
-                "KV MiB, 1 request at {} tokens ({} blocks)",
+                "KV MiB, 1 request near {} tokens ({} blocks)",
                 kv.seq_len, kv.per_seq_blocks
             ),
             (kv.per_seq_blocks * kv.block_bytes) as f64 / (1 << 20) as f64
@@ -586,8 +590,8 @@ fn report(
             "block_size": kv.block_size,
             "block_bytes": kv.block_bytes,
             "seq_len": kv.seq_len,
-            "peak_blocks_one_request": kv.per_seq_blocks,
-            "peak_bytes_one_request": kv.per_seq_blocks * kv.block_bytes,
+            "blocks_one_request_decoding": kv.per_seq_blocks,
+            "bytes_one_request_decoding": kv.per_seq_blocks * kv.block_bytes,
         })
     });
     let json = serde_json::json!({
