@@ -139,6 +139,29 @@ pub fn prompt_last_logits(model: &Model, prompt: &[u32]) -> Vec<f32> {
     model.forward(&batch, &mut kv).unwrap()
 }
 
+/// One reference prompt's greedy run (`greedy_token_ids`, and
+/// `top_logprobs` as lists of `{id, logprob}`) against what a run gave:
+/// the same tokens and top-5 ids; returns the largest logprob difference.
+pub fn compare_greedy_run(run: &Finished, reference: &Value, what: &str) -> f32 {
+    assert_eq!(run.tokens, u32s(&reference["greedy_token_ids"]), "{what}");
+    let steps = reference["top_logprobs"].as_array().expect("top_logprobs");
+    assert_eq!(run.logprobs.len(), steps.len(), "{what}");
+    let mut worst = 0f32;
+    for (step, (got, want)) in run.logprobs.iter().zip(steps).enumerate() {
+        let got = got.as_ref().expect("logprobs were asked for");
+        for (g, w) in got.top.iter().zip(want.as_array().expect("a step")) {
+            assert_eq!(
+                g.token_id as u64,
+                w["id"].as_u64().unwrap(),
+                "{what} step {step}"
+            );
+            let diff = (g.logprob - w["logprob"].as_f64().unwrap() as f32).abs();
+            worst = worst.max(diff);
+        }
+    }
+    worst
+}
+
 /// Greedy, EOS ignored, `max_tokens` tokens, top-5 logprobs.
 pub fn greedy_params(max_tokens: usize) -> SamplingParams {
     SamplingParams {
