@@ -12,15 +12,30 @@
 //! cache are taken as 2 bytes (fp16, llama.cpp's and vLLM's default); the
 //! weight bytes are the file's tensor data (all parts of a split set), so a
 //! quantized file streams fewer bytes per weight.
+//!
+//! Layer kinds ([`LayeredShape`]): with `{arch}.attention.sliding_window`,
+//! the layers of a family that alternates windows slide but each n-th
+//! (llama.cpp's `swa_pattern`, not stored in the file: Gemma 2 every 2nd
+//! layer full, Gemma 3 every 6th, layer `il` full when `(il + 1) % n ==
+//! 0`; gpt-oss every 2nd); any other file is full attention.
 
+use crate::family::{Family, SlidingRule};
 use crate::load::ModelConfigError;
-use crate::ModelShape;
+use crate::{LayerPattern, LayeredShape, ModelShape};
 use std::path::Path;
 
 impl ModelShape {
     /// The shape of a GGUF file (the first part, for a split set); its
     /// weight bytes are the tensor data of all parts.
     pub fn from_gguf(path: &Path) -> Result<ModelShape, ModelConfigError> {
+        LayeredShape::from_gguf(path).map(|l| l.shape)
+    }
+}
+
+impl LayeredShape {
+    /// The shape and layer kinds of a GGUF file (the first part, for a
+    /// split set).
+    pub fn from_gguf(path: &Path) -> Result<LayeredShape, ModelConfigError> {
         let file = sluice_gguf::GgufFile::open(path)?;
         let md = file.metadata();
         let arch = md.architecture()?.to_string();
@@ -98,12 +113,23 @@ impl ModelShape {
             tie_word_embeddings: file.tensor("output.weight").is_none(),
             stored_weight_bytes: Some(stored),
         };
-        shape
+        let pattern = match (
+            Family::from_gguf(&arch).map(|f| f.sliding),
+            opt("attention.sliding_window")?,
+        ) {
+            (Some(SlidingRule::AllButEvery(n)), Some(window)) => LayerPattern::SlidingExceptEvery {
+                window,
+                full_every: n,
+            },
+            _ => LayerPattern::AllFull,
+        };
+        let layered = LayeredShape::with_pattern(shape, pattern);
+        layered
             .validate()
             .map_err(|problem| ModelConfigError::Shape {
                 path: path.to_path_buf(),
                 problem,
             })?;
-        Ok(shape)
+        Ok(layered)
     }
 }
