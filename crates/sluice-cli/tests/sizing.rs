@@ -131,12 +131,17 @@ fn blocks_in(line: &str) -> Option<u64> {
 }
 
 fn simulate_blocks(model: &Path, profile: &Path) -> u64 {
+    simulate_blocks_with(model, profile, &[])
+}
+
+fn simulate_blocks_with(model: &Path, profile: &Path, extra: &[&str]) -> u64 {
     let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .arg("simulate")
         .arg("--model")
         .arg(model)
         .arg("--hardware")
         .arg(profile)
+        .args(extra)
         .args(["--num-prompts", "1", "--random-input-len", "4"])
         .args(["--random-output-len", "2", "--no-progress"])
         .output()
@@ -232,4 +237,34 @@ fn the_simulator_and_the_server_size_every_fixture_alike() {
             "{model:?} (simulate, serve) vs vLLM's sizing of {expected:?}"
         );
     }
+}
+
+#[test]
+fn a_hybrid_config_is_sized_by_its_kv_cache_groups() {
+    let dir = temp_dir("hybrid-profile");
+    let profile = dir.join("profile.json");
+    let json = serde_json::json!({"kind": "roofline", "hardware": HW});
+    std::fs::write(&profile, json.to_string()).unwrap();
+    // tiny-gemma3's `layer_types`: 4 sliding layers, 2 full (2 and 5).
+    // vLLM's group size is the smaller bucket, 2: two sliding groups and a
+    // full one of 2 layers, so a block of the shared pool costs 2 layer
+    // pages, not 6 (`_get_kv_cache_bytes_per_block`); without the hybrid
+    // manager, one group of all 6.
+    let model = repo_data("tiny-gemma3");
+    let e = expected_hf(&model.join("config.json"));
+    assert_eq!((e.layers, e.kv_heads, e.head_dim), (6, 2, 32));
+    let sized_as = |layer_slots| {
+        Expected {
+            layers: layer_slots,
+            kv_heads: e.kv_heads,
+            head_dim: e.head_dim,
+            weight_bytes: e.weight_bytes,
+        }
+        .blocks()
+    };
+    assert_eq!(simulate_blocks(&model, &profile), sized_as(2));
+    assert_eq!(
+        simulate_blocks_with(&model, &profile, &["--disable-hybrid-kv-cache-manager"]),
+        sized_as(6)
+    );
 }
