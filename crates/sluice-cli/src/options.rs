@@ -15,6 +15,7 @@ use sluice_core::{HashAlgo, SchedulerConfig, SchedulingPolicy};
 use sluice_engine::{Engine, EngineConfig, Executor, StartOptions, TokenId, Tokenizer};
 use sluice_model::config::{GenerationConfig, ModelConfig};
 use sluice_model::kernels::QuantFormat;
+use sluice_model::kv_cache::KvCacheConfig;
 use sluice_model::model::GgufInfo;
 use sluice_model::runner::{BackendRegistry, BackendRequest};
 use sluice_model::{DType, KvCacheSize, LoadFormat, ModelSpec};
@@ -630,8 +631,8 @@ fn prepare(
     };
     let config =
         EngineConfig::new(scheduler).with_model_eos(&tokenizer, &generation_config.eos_token_ids);
-    let info =
-        crate::startup::ModelInfo::of(label(), &model_config, loaded.as_ref(), sched.block_size);
+    let blocks = KvCacheConfig::new(sched.block_size, 0).with_grouping(sched.grouping());
+    let info = crate::startup::ModelInfo::of(label(), &model_config, loaded.as_ref(), &blocks);
     Ok(PreparedEngine {
         config,
         executor,
