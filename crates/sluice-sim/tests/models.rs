@@ -3,7 +3,7 @@
 
 use proptest::prelude::*;
 use sluice_arch::LayeredShape;
-use sluice_core::kv_cache::GroupingPolicy;
+use sluice_core::kv_cache::{AttentionKind, GroupingPolicy};
 use sluice_core::SchedulerConfig;
 use sluice_gguf::{GgmlType, GgufWriter};
 use sluice_sim::fit::{
@@ -802,6 +802,41 @@ fn a_gguf_with_experts_reads_them() {
     w.write(&path).unwrap();
     let m = ModelShape::from_gguf(&path).unwrap();
     assert_eq!((m.num_experts, m.experts_per_token), (4, 2));
+}
+
+#[test]
+fn a_gemma3_gguf_slides_on_llama_cpps_pattern() {
+    // llama.cpp stores `gemma3.attention.sliding_window` but not the
+    // pattern: layer il is full when (il + 1) % 6 == 0.
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = GgufWriter::new();
+    w.add("general.architecture", "gemma3")
+        .add("gemma3.embedding_length", 8u32)
+        .add("gemma3.block_count", 12u32)
+        .add("gemma3.attention.head_count", 2u32)
+        .add("gemma3.attention.head_count_kv", 1u32)
+        .add("gemma3.attention.key_length", 4u32)
+        .add("gemma3.feed_forward_length", 16u32)
+        .add("gemma3.attention.sliding_window", 512u32);
+    w.add_tensor_f32("token_embd.weight", &[8, 16], &[0.0; 128]);
+    let path = dir.path().join("gemma3.gguf");
+    w.write(&path).unwrap();
+    let m = LayeredShape::from_gguf(&path).unwrap();
+    let full: Vec<usize> = (0..12)
+        .filter(|&i| m.layer_kinds[i] == AttentionKind::Full)
+        .collect();
+    assert_eq!(full, vec![5, 11]);
+    assert_eq!(
+        m.layer_kinds[0],
+        AttentionKind::SlidingWindow { window: 512 }
+    );
+    // A llama file with a window key is still full attention.
+    let (mut w, _) = tiny_gguf(true);
+    w.add("llama.attention.sliding_window", 64u32);
+    let path = dir.path().join("llama.gguf");
+    w.write(&path).unwrap();
+    let m = LayeredShape::from_gguf(&path).unwrap();
+    assert_eq!(m.layer_kinds, vec![AttentionKind::Full; 2]);
 }
 
 #[test]
