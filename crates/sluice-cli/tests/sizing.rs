@@ -12,6 +12,12 @@
 //!   GGUF's weights;
 //! - blocks: ⌊(⌈memory × 0.92⌉ − weights − reserve) ÷ (16 × KV bytes per
 //!   token)⌋ (vLLM 0.33's `determine_available_memory`).
+//!
+//! A hybrid config (tiny-gemma3's sliding and full layers) is sized by its
+//! KV cache groups, a block costing one group's layer pages, or all of them
+//! with `--disable-hybrid-kv-cache-manager`; and the runner's and the
+//! simulator's readers give every layer of a config the same attention
+//! kind.
 
 mod common;
 
@@ -267,4 +273,40 @@ fn a_hybrid_config_is_sized_by_its_kv_cache_groups() {
         simulate_blocks_with(&model, &profile, &["--disable-hybrid-kv-cache-manager"]),
         sized_as(6)
     );
+}
+
+#[test]
+fn the_runner_and_the_shape_reader_give_every_layer_the_same_attention_kind() {
+    // Two readers of one config.json: the CPU runner's (its architecture's
+    // layer shapes) and sluice-arch's (the simulator's), on the sliding
+    // window rules of the families the runner runs.
+    use sluice_sim::LayeredShape;
+    let base = r#""hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 1000,
+        "max_position_embeddings": 4096"#;
+    for (arch, extra) in [
+        ("MistralForCausalLM", r#", "sliding_window": 1024"#),
+        ("MistralForCausalLM", r#", "sliding_window": 4096"#),
+        ("MistralForCausalLM", r#", "sliding_window": null"#),
+        ("LlamaForCausalLM", ""),
+        ("Qwen2ForCausalLM", r#", "sliding_window": 1024"#),
+        (
+            "Qwen2ForCausalLM",
+            r#", "sliding_window": 1024, "use_sliding_window": true, "max_window_layers": 2"#,
+        ),
+        (
+            "Qwen3ForCausalLM",
+            r#", "sliding_window": 512, "use_sliding_window": true, "max_window_layers": 1"#,
+        ),
+        (
+            "Qwen3ForCausalLM",
+            r#", "sliding_window": 512, "use_sliding_window": true"#,
+        ),
+    ] {
+        let text = format!(r#"{{"architectures": ["{arch}"], {base}{extra}}}"#);
+        let runner = sluice_model::config::ModelConfig::from_json(&text).unwrap();
+        let runner_kinds = sluice_model::model::DecoderPlan::of(&runner).attention_kinds();
+        let shape = LayeredShape::from_config_str(&text, Path::new("config.json")).unwrap();
+        assert_eq!(shape.layer_kinds, runner_kinds, "{arch}{extra}");
+    }
 }
