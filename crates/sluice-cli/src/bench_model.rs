@@ -22,6 +22,7 @@
 use crate::exit::{bad_config, config_error, exit_code};
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use sluice_core::kv_cache::GroupingPolicy;
 use sluice_core::{NewRequest, SamplingParams, Scheduler, SchedulerConfig};
 use sluice_model::kernels::QuantFormat;
 use sluice_model::kv_cache::KvCacheConfig;
@@ -75,6 +76,10 @@ pub struct BenchModelArgs {
     /// Seed of the dummy weights and prompts.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Every layer in one full-attention KV cache group (vLLM's flag): a
+    /// sliding-window layer keeps all its tokens.
+    #[arg(long)]
+    disable_hybrid_kv_cache_manager: bool,
 }
 
 pub fn run(args: BenchModelArgs) -> ExitCode {
@@ -95,6 +100,10 @@ struct RunTiming {
     output_tok_s: f64,
     /// Duration of the first step (the prefill, when it fits one step).
     first_step: Duration,
+    /// KV blocks in use after the last step where every request decoded
+    /// and none had finished (what the sequences hold at their length,
+    /// out-of-window blocks freed).
+    decode_blocks: usize,
 }
 
 struct Bench {
@@ -140,6 +149,8 @@ impl Bench {
         let mut first_step = None;
         let (mut decode_time, mut decode_tokens) = (Duration::ZERO, 0usize);
         let mut output_tokens = 0usize;
+        let mut decode_blocks = 0;
+        let pool_blocks = self.sched_config.num_gpu_blocks.saturating_sub(1);
         while sched.has_unfinished_requests() {
             let t0 = Instant::now();
             let so = sched.schedule();
@@ -154,6 +165,10 @@ impl Bench {
             if all_decoding {
                 decode_time += dt;
                 decode_tokens += sampled;
+                if sched.get_num_unfinished_requests() == num_reqs {
+                    let free = sched.kv_cache_manager().num_free_blocks();
+                    decode_blocks = pool_blocks.saturating_sub(free);
+                }
             }
             if so.total_num_scheduled_tokens == 0 {
                 bail!("the scheduler stalled (KV cache too small?)");
@@ -172,6 +187,7 @@ impl Bench {
             },
             output_tok_s: output_tokens as f64 / total.as_secs_f64(),
             first_step: first_step.unwrap_or_default(),
+            decode_blocks,
         })
     }
 }
@@ -233,6 +249,30 @@ fn peak_rss_bytes() -> Option<u64> {
     Some(kb * 1024)
 }
 
+/// The KV pool for `max_conc` requests of `seq_len` tokens, each at its
+/// full length in every group: a sliding group holds at most its window and
+/// a step's tokens (vLLM's admission cap per group).
+fn kv_config(
+    config: &sluice_model::config::ModelConfig,
+    args: &BenchModelArgs,
+    grouping: GroupingPolicy,
+    max_conc: usize,
+    seq_len: usize,
+) -> Result<KvCacheConfig> {
+    let budget = args.max_num_batched_tokens.max(max_conc);
+    let per_seq: usize = config
+        .kv_layer_groups(grouping)
+        .specs
+        .iter()
+        .map(|g| g.max_blocks_per_request(args.block_size, budget, seq_len))
+        .sum();
+    let num_blocks = max_conc
+        .checked_mul(per_seq)
+        .and_then(|n| n.checked_add(1))
+        .ok_or_else(|| anyhow::anyhow!("the KV cache size overflows"))?;
+    Ok(KvCacheConfig::new(args.block_size, num_blocks).with_grouping(grouping))
+}
+
 fn bench(args: &BenchModelArgs) -> Result<()> {
     let dtype: DType = args
         .dtype
@@ -265,22 +305,16 @@ fn bench(args: &BenchModelArgs) -> Result<()> {
     // from four flags, so overflow is a configuration error too.
     let max_conc = args.concurrency.iter().copied().max().unwrap_or(1);
     let kv_flags = "--concurrency, --prompt-len, --output-len, --block-size";
-    let sizes = args
-        .prompt_len
-        .checked_add(args.output_len)
-        .and_then(|seq_len| {
-            let num_blocks = max_conc
-                .checked_mul(seq_len.div_ceil(args.block_size))?
-                .checked_add(1)?;
-            Some((seq_len, num_blocks))
-        });
-    let Some((seq_len, num_blocks)) = sizes else {
+    let Some(seq_len) = args.prompt_len.checked_add(args.output_len) else {
         return Err(bad_config(format!(
             "{kv_flags}: the KV cache size overflows"
         )));
     };
     sluice_model::kernels::set_num_threads(args.threads);
-    let kv = KvCacheConfig::new(args.block_size, num_blocks);
+    let grouping = GroupingPolicy {
+        hybrid: !args.disable_hybrid_kv_cache_manager,
+        ..GroupingPolicy::default()
+    };
     let path = std::path::Path::new(&args.model);
     if !path.exists() && crate::hub::looks_like_path(&args.model, |p| p.exists()) {
         return Err(bad_config(format!(
@@ -307,7 +341,8 @@ fn bench(args: &BenchModelArgs) -> Result<()> {
         let loaded = load_model(&spec)
             .with_context(|| format!("--model {}", path.display()))
             .map_err(config_error)?;
-        kv.check(&loaded.config)
+        kv_config(&loaded.config, args, grouping, max_conc, seq_len)
+            .and_then(|kv| kv.check(&loaded.config))
             .context(kv_flags)
             .map_err(config_error)?;
         (loaded, weights_desc)
@@ -327,7 +362,10 @@ fn bench(args: &BenchModelArgs) -> Result<()> {
             .map_err(config_error)?;
         // Before the weights are generated (seconds): a KV cache that
         // cannot fit is known from the shape alone.
-        kv.check(&config).context(kv_flags).map_err(config_error)?;
+        kv_config(&config, args, grouping, max_conc, seq_len)
+            .and_then(|kv| kv.check(&config))
+            .context(kv_flags)
+            .map_err(config_error)?;
         let weights = match quantization {
             Some(q) => q,
             None if dtype == DType::F32 => QuantFormat::F32,
@@ -342,6 +380,12 @@ fn bench(args: &BenchModelArgs) -> Result<()> {
     let load_s = t0.elapsed().as_secs_f64();
 
     let max_model_len = seq_len.saturating_add(1);
+    let kv = kv_config(&loaded.config, args, grouping, max_conc, seq_len)
+        .context(kv_flags)
+        .map_err(config_error)?;
+    let num_blocks = kv.num_blocks;
+    let groups = loaded.config.kv_layer_groups(grouping);
+    let block_bytes = kv.block_bytes(&loaded.config);
     let runner = ModelRunner::new(&loaded, kv)
         .context(kv_flags)
         .map_err(config_error)?;
@@ -352,6 +396,7 @@ fn bench(args: &BenchModelArgs) -> Result<()> {
         max_num_seqs: max_conc.max(1),
         max_num_batched_tokens: args.max_num_batched_tokens.max(max_conc),
         enable_prefix_caching: false,
+        kv_cache_groups: runner.kv_cache_groups(),
         ..SchedulerConfig::default()
     };
     let mut b = Bench {
@@ -366,7 +411,14 @@ fn bench(args: &BenchModelArgs) -> Result<()> {
     // Warm-up: thread pool, buffers at their largest shapes.
     b.run(max_conc, 2)?;
 
-    let figures = measure(&mut b, args)?;
+    let mut figures = measure(&mut b, args)?;
+    figures.kv = Some(KvFigures {
+        groups: groups.specs.len(),
+        block_bytes,
+        block_size: args.block_size,
+        seq_len,
+        per_seq_blocks: figures.kv_peak_one,
+    });
 
     report(
         args,
@@ -392,6 +444,19 @@ struct Figures {
     bandwidth: f64,
     /// One request's decode rate against the bandwidth bound.
     bound_fraction: Option<f64>,
+    /// The KV blocks one request held while decoding, at its last step.
+    kv_peak_one: usize,
+    kv: Option<KvFigures>,
+}
+
+/// What the KV cache held for one sequence at its full length.
+struct KvFigures {
+    groups: usize,
+    /// Bytes of one pool block (one block of every layer slot of a group).
+    block_bytes: usize,
+    block_size: usize,
+    seq_len: usize,
+    per_seq_blocks: usize,
 }
 
 /// The warmed-up runs: prefill, then each concurrency level, `--repeats`
@@ -406,11 +471,15 @@ fn measure(b: &mut Bench, args: &BenchModelArgs) -> Result<Figures> {
     let prefill = median(prefill);
 
     let mut levels = Vec::new();
+    let mut kv_peak_one = 0;
     for &c in &args.concurrency {
         let mut decode = Vec::new();
         let mut output = Vec::new();
         for _ in 0..args.repeats {
             let t = b.run(c, b.output_len)?;
+            if c == 1 {
+                kv_peak_one = kv_peak_one.max(t.decode_blocks);
+            }
             decode.push(t.decode_tok_s);
             output.push(t.output_tok_s);
         }
@@ -430,6 +499,8 @@ fn measure(b: &mut Bench, args: &BenchModelArgs) -> Result<Figures> {
         per_token,
         bandwidth,
         bound_fraction,
+        kv_peak_one,
+        kv: None,
     })
 }
 
@@ -497,6 +568,32 @@ fn report(
         );
     }
 
+    if let Some(kv) = &figures.kv {
+        let slots = kv.block_bytes / kv.block_size;
+        eprintln!(
+            "  {:<34} {:>10.1}",
+            format!(
+                "KV MiB, 1 request near {} tokens ({} blocks)",
+                kv.seq_len, kv.per_seq_blocks
+            ),
+            (kv.per_seq_blocks * kv.block_bytes) as f64 / (1 << 20) as f64
+        );
+        eprintln!(
+            "  {:<34} {:>10}",
+            format!("  in {} groups, {} B per token-slot", kv.groups, slots),
+            ""
+        );
+    }
+    let kv_json = figures.kv.as_ref().map(|kv| {
+        serde_json::json!({
+            "groups": kv.groups,
+            "block_size": kv.block_size,
+            "block_bytes": kv.block_bytes,
+            "seq_len": kv.seq_len,
+            "blocks_one_request_decoding": kv.per_seq_blocks,
+            "bytes_one_request_decoding": kv.per_seq_blocks * kv.block_bytes,
+        })
+    });
     let json = serde_json::json!({
         "model": args.model,
         "vocab_size": vocab_size,
@@ -513,6 +610,7 @@ fn report(
         "decode_tok_s": levels.iter().map(|&(c, d, _)| (c.to_string(), d.into())).collect::<serde_json::Map<_, _>>(),
         "output_tok_s_incl_prefill": levels.iter().map(|&(c, _, o)| (c.to_string(), o.into())).collect::<serde_json::Map<_, _>>(),
         "peak_rss_bytes": peak_rss,
+        "kv_cache": kv_json,
     });
     println!("{json}");
 }

@@ -18,6 +18,7 @@ use std::path::Path;
 
 pub use crate::model::arch::{Architecture, ConfigSwitches, LayerPieces};
 use crate::model::Activation;
+use crate::model::RopeParams;
 
 /// How RoPE frequencies are adjusted for long contexts (`rope_scaling`).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -86,6 +87,34 @@ pub struct AttentionConfig {
     pub query_pre_attn_scalar: Option<f64>,
     /// `attn_logit_softcapping` (Gemma 2).
     pub attn_logit_softcapping: Option<f64>,
+    /// `layer_types`: which layers slide and which attend fully (Gemma 3,
+    /// gpt-oss), one per layer.
+    pub layer_types: Option<Vec<LayerType>>,
+    /// `sliding_window_pattern` (or `_sliding_window_pattern`): every N-th
+    /// layer attends fully, the others slide (Gemma 3 without
+    /// `layer_types`).
+    pub sliding_window_pattern: Option<usize>,
+    /// The RoPE of the sliding layers where it differs from the config's
+    /// (Gemma 3's `rope_local_base_freq`, or `rope_parameters`'
+    /// `sliding_attention` entry).
+    pub local_rope: Option<RopeParams>,
+}
+
+/// One entry of `layer_types`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LayerType {
+    FullAttention,
+    SlidingAttention,
+}
+
+impl LayerType {
+    fn parse(name: &str) -> Option<Self> {
+        match name {
+            "full_attention" => Some(Self::FullAttention),
+            "sliding_attention" => Some(Self::SlidingAttention),
+            _ => None,
+        }
+    }
 }
 
 impl ModelConfig {
@@ -186,8 +215,11 @@ impl ModelConfig {
 
     /// Parses and checks the text of a `config.json`.
     pub fn from_json(text: &str) -> Result<Self> {
+        let value: serde_json::Value =
+            serde_json::from_str(text).context("config.json is not valid JSON")?;
+        let value = with_architecture_defaults(text_model_config(value)?);
         let raw: RawConfig =
-            serde_json::from_str(text).context("config.json is not a valid model config")?;
+            serde_json::from_value(value).context("config.json is not a valid model config")?;
         raw.into_config()
     }
 
@@ -277,6 +309,67 @@ impl ModelConfig {
     }
 }
 
+/// The config of the text model: a multimodal checkpoint whose
+/// architecture runs only its language model (`Gemma3ForConditionalGeneration`)
+/// nests it under `text_config`, which inherits the outer config's token ids
+/// and dtype when it has none.
+fn text_model_config(mut value: serde_json::Value) -> Result<serde_json::Value> {
+    let names: Vec<String> = value
+        .get("architectures")
+        .and_then(|a| serde_json::from_value(a.clone()).ok())
+        .unwrap_or_default();
+    let Some(arch) = Architecture::from_hf(&names, None) else {
+        return Ok(value);
+    };
+    let Some(wrapper) = names
+        .iter()
+        .find(|n| arch.def().hf_text_model_wrappers().contains(&n.as_str()))
+    else {
+        return Ok(value);
+    };
+    let Some(serde_json::Value::Object(mut text)) =
+        value.get_mut("text_config").map(std::mem::take)
+    else {
+        bail!("config.json: {wrapper} has no `text_config` object");
+    };
+    for key in [
+        "bos_token_id",
+        "eos_token_id",
+        "pad_token_id",
+        "torch_dtype",
+        "dtype",
+    ] {
+        if let Some(v) = value.get(key) {
+            text.entry(key).or_insert_with(|| v.clone());
+        }
+    }
+    text.insert("architectures".into(), serde_json::json!([wrapper]));
+    Ok(serde_json::Value::Object(text))
+}
+
+/// `value` with the fields its architecture's transformers config class
+/// defaults filled in where absent (Gemma 3's text configs omit most).
+fn with_architecture_defaults(mut value: serde_json::Value) -> serde_json::Value {
+    let names: Vec<String> = value
+        .get("architectures")
+        .and_then(|a| serde_json::from_value(a.clone()).ok())
+        .unwrap_or_default();
+    let model_type = value
+        .get("model_type")
+        .and_then(|t| t.as_str())
+        .map(str::to_string);
+    let Some(arch) = Architecture::from_hf(&names, model_type.as_deref()) else {
+        return value;
+    };
+    let defaults = arch.def().hf_config_defaults();
+    if let (Some(obj), serde_json::Value::Object(defaults)) = (value.as_object_mut(), defaults) {
+        for (k, v) in defaults {
+            obj.entry(k).or_insert(v);
+        }
+    }
+    value
+}
+
 /// Token ids given as one integer or a list (both occur in the wild).
 #[derive(Deserialize, Clone, Debug)]
 #[serde(untagged)]
@@ -321,11 +414,16 @@ struct RawConfig {
     rms_norm_eps: Option<f64>,
     rope_theta: Option<f64>,
     rope_scaling: Option<RawRopeScaling>,
-    rope_parameters: Option<RawRopeScaling>,
+    /// transformers 5: one `RawRopeScaling`, or one per layer type
+    /// (`{"full_attention": {..}, "sliding_attention": {..}}`).
+    rope_parameters: Option<serde_json::Value>,
+    rope_local_base_freq: Option<f64>,
     tie_word_embeddings: Option<bool>,
     attention_bias: Option<bool>,
     mlp_bias: Option<bool>,
     hidden_act: Option<String>,
+    /// Gemma's name for `hidden_act`.
+    hidden_activation: Option<String>,
     bos_token_id: Option<u32>,
     eos_token_id: Option<OneOrMany>,
     torch_dtype: Option<String>,
@@ -335,6 +433,11 @@ struct RawConfig {
     max_window_layers: Option<usize>,
     query_pre_attn_scalar: Option<f64>,
     attn_logit_softcapping: Option<f64>,
+    final_logit_softcapping: Option<f64>,
+    layer_types: Option<Vec<String>>,
+    sliding_window_pattern: Option<usize>,
+    #[serde(rename = "_sliding_window_pattern")]
+    private_sliding_window_pattern: Option<usize>,
 }
 
 fn required(v: Option<usize>, field: &str) -> Result<usize> {
@@ -353,24 +456,6 @@ impl RawConfig {
                 )
             })?;
         let arch = architecture.def();
-        if let Some(act) = &self.hidden_act {
-            let wired = arch.wiring().activation;
-            let named = match act.as_str() {
-                "silu" | "swish" => Some(Activation::Silu),
-                "gelu_pytorch_tanh" => Some(Activation::GeluTanh),
-                _ => None,
-            };
-            if named != Some(wired) {
-                bail!(
-                    "config field `hidden_act` is {act:?}; {} uses {}",
-                    arch.hf_architectures()[0],
-                    match wired {
-                        Activation::Silu => "\"silu\"",
-                        Activation::GeluTanh => "\"gelu_pytorch_tanh\"",
-                    }
-                );
-            }
-        }
         let max_position_embeddings =
             required(self.max_position_embeddings, "max_position_embeddings")?;
         let sliding_window = match &self.sliding_window {
@@ -383,6 +468,24 @@ impl RawConfig {
         .filter(|_| arch.hf_sliding_window_in_force(self.use_sliding_window));
 
         let hidden_size = required(self.hidden_size, "hidden_size")?;
+        if let Some(act) = self.hidden_act.as_ref().or(self.hidden_activation.as_ref()) {
+            let wired = arch.wiring(hidden_size).activation;
+            let named = match act.as_str() {
+                "silu" | "swish" => Some(Activation::Silu),
+                "gelu_pytorch_tanh" => Some(Activation::GeluTanh),
+                _ => None,
+            };
+            if named != Some(wired) {
+                bail!(
+                    "config field `hidden_act` (or `hidden_activation`) is {act:?}; {} uses {}",
+                    arch.hf_architectures()[0],
+                    match wired {
+                        Activation::Silu => "\"silu\"",
+                        Activation::GeluTanh => "\"gelu_pytorch_tanh\"",
+                    }
+                );
+            }
+        }
         let num_attention_heads = required(self.num_attention_heads, "num_attention_heads")?;
         if num_attention_heads == 0 {
             bail!("config field `num_attention_heads` must be at least 1");
@@ -399,16 +502,40 @@ impl RawConfig {
                 })?,
         };
 
-        let params = self.rope_parameters.as_ref();
+        let (params, local_params) = split_rope_parameters(self.rope_parameters.as_ref())?;
         let rope_theta = self
             .rope_theta
-            .or_else(|| params.and_then(|p| p.rope_theta))
+            .or_else(|| params.as_ref().and_then(|p| p.rope_theta))
             .unwrap_or(10000.0);
-        let scaling = self.rope_scaling.as_ref().or(params);
+        let scaling = self.rope_scaling.as_ref().or(params.as_ref());
         let rope_scaling = match scaling {
             None => RopeScaling::None,
             Some(s) => parse_rope_scaling(s)?,
         };
+        let local_rope = match (&local_params, self.rope_local_base_freq) {
+            (Some(p), _) => Some(RopeParams {
+                base: p.rope_theta.ok_or_else(|| {
+                    anyhow!("config: rope_parameters.sliding_attention has no `rope_theta`")
+                })?,
+                scaling: parse_rope_scaling(p)?,
+            }),
+            (None, Some(base)) => Some(RopeParams {
+                base,
+                scaling: RopeScaling::None,
+            }),
+            (None, None) => None,
+        };
+        if let Some(cap) = self.final_logit_softcapping {
+            bail!(
+                "config field `final_logit_softcapping` is {cap}; soft-capping the final logits \
+                 is not supported"
+            );
+        }
+        let num_hidden_layers = required(self.num_hidden_layers, "num_hidden_layers")?;
+        let layer_types = parse_layer_types(self.layer_types.as_deref(), num_hidden_layers)?;
+        let sliding_window_pattern = self
+            .sliding_window_pattern
+            .or(self.private_sliding_window_pattern);
 
         let checkpoint_dtype = self
             .torch_dtype
@@ -422,7 +549,7 @@ impl RawConfig {
         let mut config = ModelConfig {
             architecture,
             hidden_size,
-            num_hidden_layers: required(self.num_hidden_layers, "num_hidden_layers")?,
+            num_hidden_layers,
             num_attention_heads,
             num_key_value_heads: self.num_key_value_heads.unwrap_or(num_attention_heads),
             head_dim,
@@ -432,7 +559,9 @@ impl RawConfig {
             rms_norm_eps: self.rms_norm_eps.unwrap_or(1e-6),
             rope_theta,
             rope_scaling,
-            tie_word_embeddings: self.tie_word_embeddings.unwrap_or(false),
+            tie_word_embeddings: self
+                .tie_word_embeddings
+                .unwrap_or_else(|| arch.hf_default_tie_word_embeddings()),
             qkv_bias: false,
             o_bias: false,
             qk_norm: false,
@@ -448,12 +577,75 @@ impl RawConfig {
                 max_window_layers: self.max_window_layers,
                 query_pre_attn_scalar: self.query_pre_attn_scalar,
                 attn_logit_softcapping: self.attn_logit_softcapping,
+                layer_types,
+                sliding_window_pattern,
+                local_rope,
             },
         };
         config.set_pieces(pieces);
         config.validate()?;
         Ok(config)
     }
+}
+
+/// `layer_types`, checked: one known entry per layer.
+fn parse_layer_types(
+    types: Option<&[String]>,
+    num_hidden_layers: usize,
+) -> Result<Option<Vec<LayerType>>> {
+    let layer_types = match types {
+        None => None,
+        Some(types) => {
+            if types.len() != num_hidden_layers {
+                bail!(
+                    "config field `layer_types` has {} entries for num_hidden_layers {}",
+                    types.len(),
+                    num_hidden_layers
+                );
+            }
+            let parsed = types
+                .iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    LayerType::parse(t).ok_or_else(|| {
+                        anyhow!(
+                            "config field `layer_types[{i}]` is {t:?}; supported: \
+                             \"full_attention\", \"sliding_attention\""
+                        )
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Some(parsed)
+        }
+    };
+    Ok(layer_types)
+}
+
+/// `rope_parameters` as the config's own RoPE and, when it is given per
+/// layer type (transformers 5's Gemma 3), the sliding layers' RoPE.
+fn split_rope_parameters(
+    value: Option<&serde_json::Value>,
+) -> Result<(Option<RawRopeScaling>, Option<RawRopeScaling>)> {
+    let Some(value) = value else {
+        return Ok((None, None));
+    };
+    let parse = |v: &serde_json::Value, field: &str| -> Result<RawRopeScaling> {
+        serde_json::from_value(v.clone())
+            .with_context(|| format!("config field `{field}` is not a RoPE parameter set"))
+    };
+    let per_type = value
+        .as_object()
+        .is_some_and(|o| o.contains_key("full_attention") || o.contains_key("sliding_attention"));
+    if !per_type {
+        return Ok((Some(parse(value, "rope_parameters")?), None));
+    }
+    let entry = |name: &str| {
+        value
+            .get(name)
+            .map(|v| parse(v, &format!("rope_parameters.{name}")))
+            .transpose()
+    };
+    Ok((entry("full_attention")?, entry("sliding_attention")?))
 }
 
 fn parse_rope_scaling(s: &RawRopeScaling) -> Result<RopeScaling> {
@@ -694,6 +886,82 @@ mod tests {
         // Not in force: no window at all.
         let c = ModelConfig::from_json(QWEN).unwrap();
         assert_eq!(c.attention.sliding_window, None);
+    }
+
+    /// google/gemma-3-270m's config.json as transformers 4.x writes it:
+    /// `rope_local_base_freq`, `_sliding_window_pattern`, `layer_types`.
+    const GEMMA3_270M: &str = r#"{"architectures":["Gemma3ForCausalLM"],
+        "_sliding_window_pattern":6,"attention_bias":false,"attn_logit_softcapping":null,
+        "bos_token_id":2,"eos_token_id":1,"final_logit_softcapping":null,"head_dim":256,
+        "hidden_activation":"gelu_pytorch_tanh","hidden_size":640,"intermediate_size":2048,
+        "layer_types":["sliding_attention","sliding_attention","sliding_attention",
+          "sliding_attention","sliding_attention","full_attention","sliding_attention",
+          "sliding_attention","sliding_attention","sliding_attention","sliding_attention",
+          "full_attention","sliding_attention","sliding_attention","sliding_attention",
+          "sliding_attention","sliding_attention","full_attention"],
+        "max_position_embeddings":32768,"model_type":"gemma3_text","num_attention_heads":4,
+        "num_hidden_layers":18,"num_key_value_heads":1,"query_pre_attn_scalar":256,
+        "rms_norm_eps":1e-06,"rope_local_base_freq":10000.0,"rope_scaling":null,
+        "rope_theta":1000000.0,"sliding_window":512,"torch_dtype":"bfloat16",
+        "vocab_size":262144}"#;
+
+    #[test]
+    fn gemma3_in_transformers_4_form() {
+        let c = ModelConfig::from_json(GEMMA3_270M).unwrap();
+        assert_eq!(c.architecture, Architecture::Gemma3);
+        // Gemma3TextConfig ties the head by default.
+        assert!(c.qk_norm && !c.qkv_bias && c.tie_word_embeddings);
+        let plan = crate::model::DecoderPlan::of(&c);
+        let full: Vec<usize> = (0..18)
+            .filter(|&l| plan.layers[l].window.is_none())
+            .collect();
+        assert_eq!(full, vec![5, 11, 17]);
+        assert!(plan
+            .layers
+            .iter()
+            .all(|l| l.window.is_none_or(|w| w == 512)));
+        assert_eq!(plan.layers[0].rope.unwrap().base, 1e4);
+        assert_eq!(plan.layers[5].rope.unwrap().base, 1e6);
+        assert_eq!(plan.layers[0].scale, 1.0 / 16.0);
+        assert_eq!(plan.wiring.embedding_scale, Some(640f32.sqrt()));
+        // Without layer_types the pattern decides, the same layers.
+        let mut v: serde_json::Value = serde_json::from_str(GEMMA3_270M).unwrap();
+        v.as_object_mut().unwrap().remove("layer_types");
+        let c2 = ModelConfig::from_json(&v.to_string()).unwrap();
+        assert_eq!(crate::model::DecoderPlan::of(&c2), plan);
+        // And a pattern of 2 alternates.
+        v["_sliding_window_pattern"] = 2.into();
+        let c3 = ModelConfig::from_json(&v.to_string()).unwrap();
+        let p3 = crate::model::DecoderPlan::of(&c3);
+        assert!((0..18).all(|l| p3.layers[l].window.is_none() == (l % 2 == 1)));
+    }
+
+    #[test]
+    fn gemma3_errors_name_the_field() {
+        let cases = [
+            (
+                "\"final_logit_softcapping\":null",
+                "\"final_logit_softcapping\":30.0",
+                "final_logit_softcapping",
+            ),
+            (
+                "\"full_attention\"],",
+                "\"full_attention\",\"full_attention\"],",
+                "layer_types",
+            ),
+            (
+                "\"sliding_attention\",\"sliding_attention\",\"sliding_attention\",\n",
+                "\"chunked_attention\",\"sliding_attention\",\"sliding_attention\",\n",
+                "layer_types[0]",
+            ),
+            ("\"gelu_pytorch_tanh\"", "\"silu\"", "hidden_act"),
+        ];
+        for (from, to, field) in cases {
+            let text = GEMMA3_270M.replacen(from, to, 1);
+            assert_ne!(text, GEMMA3_270M, "{from}");
+            let e = format!("{:#}", ModelConfig::from_json(&text).unwrap_err());
+            assert!(e.contains(field), "{field}: {e}");
+        }
     }
 
     #[test]

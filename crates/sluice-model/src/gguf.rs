@@ -206,7 +206,8 @@ impl GgufModel {
             .map_err(|_| anyhow!("{name}: token_embd.weight has too many rows"))?;
         let has = |t: &str| file.tensor(t).is_some();
         let vocab = vocab(md)?;
-        let eos_token_ids: Vec<u32> = [vocab.eos_token_id, vocab.eot_token_id, vocab.eom_token_id]
+        let eot_token_id = vocab.eot_token_id.or_else(|| end_of_turn_token(&vocab));
+        let eos_token_ids: Vec<u32> = [vocab.eos_token_id, eot_token_id, vocab.eom_token_id]
             .into_iter()
             .flatten()
             .fold(Vec::new(), |mut acc, id| {
@@ -245,6 +246,10 @@ impl GgufModel {
         config.o_bias = has("blk.0.attn_output.bias");
         config.qk_norm = has("blk.0.attn_q_norm.weight");
         config.mlp_bias = has("blk.0.ffn_up.bias");
+        config.attention = architecture
+            .def()
+            .gguf_attention(md, &config)
+            .with_context(|| format!("{name}: attention settings"))?;
         config
             .validate()
             .with_context(|| format!("{name}: the model's shape"))?;
@@ -282,9 +287,27 @@ impl GgufModel {
                 file: Arc::new(file),
                 permute_qk,
                 keep_stored: true,
+                dequantize: false,
             },
         })
     }
+}
+
+/// Gemma's `<end_of_turn>`, which its GGUF files do not name as the
+/// end-of-turn token: llama.cpp finds it by its text (with the other
+/// chat formats' end-of-turn tokens) when `tokenizer.ggml.eot_token_id` is
+/// absent, and Gemma's generation_config.json lists it beside the EOS, so a
+/// chat turn stops there. Only a control token of that text counts.
+fn end_of_turn_token(vocab: &GgufVocab) -> Option<u32> {
+    let types = vocab.token_types.as_ref()?;
+    vocab
+        .tokens
+        .iter()
+        .zip(types)
+        .position(|(t, &ty)| {
+            t == "<end_of_turn>" && ty == sluice_tokenizer::gguf::token_type::CONTROL
+        })
+        .map(|i| i as u32)
 }
 
 fn read_f32(info: &TensorInfo) -> Result<Vec<f32>> {
@@ -313,6 +336,10 @@ pub struct GgufSource {
     /// included; otherwise float tensors are converted to the requested
     /// dtype (or quantized to it at load).
     keep_stored: bool,
+    /// Hand quantized tensors out dequantized to the requested float dtype
+    /// too (exactly as `gguf.quants.dequantize` does), for a float
+    /// reference run of a quantized file.
+    dequantize: bool,
 }
 
 impl GgufSource {
@@ -324,6 +351,13 @@ impl GgufSource {
     /// converted to the dtype the model asks for.
     pub fn set_keep_stored(&mut self, keep: bool) {
         self.keep_stored = keep;
+    }
+
+    /// Whether quantized tensors are dequantized to the requested float
+    /// dtype (a reference run of the file's own weights without its
+    /// integer arithmetic) instead of running as stored.
+    pub fn set_dequantize(&mut self, dequantize: bool) {
+        self.dequantize = dequantize;
     }
 
     /// The head count whose rows `name` holds permuted, if it is a `llama`
@@ -370,8 +404,13 @@ impl TensorSource for GgufSource {
     fn format_of(&self, name: &str, requested: QuantFormat) -> Result<QuantFormat> {
         let info = self.file.require_tensor(name)?;
         let stored = stored_format(info)?;
-        Ok(if stored.is_float() && !self.keep_stored {
-            // Converted (or quantized at load) as asked.
+        let convert = if stored.is_float() {
+            !self.keep_stored
+        } else {
+            self.dequantize && requested.is_float()
+        };
+        Ok(if convert {
+            // Converted (or quantized at load, or dequantized) as asked.
             requested
         } else {
             // The stored format, used by the kernels as it is.

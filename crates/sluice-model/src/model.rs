@@ -83,7 +83,7 @@ impl DecoderPlan {
     pub fn of(config: &ModelConfig) -> Self {
         let arch = config.architecture.def();
         DecoderPlan {
-            wiring: arch.wiring(),
+            wiring: arch.wiring(config.hidden_size),
             layers: (0..config.num_hidden_layers)
                 .map(|i| arch.layer_attention(config, i))
                 .collect(),

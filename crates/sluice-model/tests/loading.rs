@@ -5,8 +5,7 @@ mod common;
 
 use common::*;
 use safetensors::{tensor::TensorView, SafeTensors};
-use sluice_model::kv_cache::{KvCache, KvCacheConfig};
-use sluice_model::model::{ForwardBatch, Model};
+use sluice_model::model::Model;
 use sluice_model::{load_model, DType, LoadFormat, LoadedModel, ModelSpec};
 use std::path::{Path, PathBuf};
 
@@ -62,16 +61,7 @@ fn error_of(spec: &ModelSpec) -> String {
 }
 
 fn last_logits(loaded: &LoadedModel, prompt: &[u32]) -> Vec<f32> {
-    let blocks = prompt.len().div_ceil(16) + 1;
-    let mut kv = KvCache::new(&loaded.config, KvCacheConfig::new(16, blocks)).unwrap();
-    let table: Vec<u32> = (1..blocks as u32).collect();
-    let mut batch = ForwardBatch::default();
-    batch.push_seq(prompt, 0, &table, 16).unwrap();
-    batch.logits_rows.push(prompt.len() - 1);
-    Model::build(loaded)
-        .unwrap()
-        .forward(&batch, &mut kv)
-        .unwrap()
+    prompt_last_logits(&Model::build(loaded).unwrap(), prompt)
 }
 
 #[test]
@@ -126,7 +116,7 @@ fn sharded_checkpoint_equals_single_file() {
 fn bf16_weights_stay_close_to_f32() {
     // The README: transformers in bf16 moves these logits by up to 0.12; we
     // round only the weights (activations stay f32), so expect less.
-    for name in FIXTURES {
+    for name in REFERENCE_FIXTURES {
         let f = fixture(name);
         let bf16 = load_model(&spec(&f.dir, DType::Bf16)).unwrap();
         assert_eq!(

@@ -5,28 +5,14 @@
 mod common;
 
 use common::*;
-use sluice_model::kv_cache::{KvCache, KvCacheConfig};
-use sluice_model::model::ForwardBatch;
 
-/// `Model::forward` on one prompt with a fresh cache: the logits at the last
-/// prompt position.
+/// The logits at the last prompt position, one prompt at a time.
 #[test]
 fn prompt_last_logits_match_transformers() {
-    for name in FIXTURES {
+    for name in REFERENCE_FIXTURES {
         let f = fixture(name);
-        let model = &f.model;
         for p in &f.prompts {
-            let block_size = 16;
-            let num_blocks = p.input_ids.len().div_ceil(block_size) + 1;
-            let mut kv =
-                KvCache::new(&f.loaded.config, KvCacheConfig::new(block_size, num_blocks)).unwrap();
-            // Blocks 1.. (0 is the null block), in reverse to make sure the
-            // table, not the order, decides where tokens live.
-            let table: Vec<u32> = (1..num_blocks as u32).rev().collect();
-            let mut batch = ForwardBatch::default();
-            batch.push_seq(&p.input_ids, 0, &table, block_size).unwrap();
-            batch.logits_rows.push(p.input_ids.len() - 1);
-            let logits = model.forward(&batch, &mut kv).unwrap();
+            let logits = prompt_last_logits(&f.model, &p.input_ids);
             let diff = max_abs_diff(&logits, &p.prompt_last_logits);
             assert!(diff <= ATOL, "{name}/{}: max |Δlogit| = {diff}", p.name);
         }
@@ -37,7 +23,7 @@ fn prompt_last_logits_match_transformers() {
 /// transformers' exactly and the top-5 logprobs match within 1e-4.
 #[test]
 fn greedy_tokens_and_logprobs_match_transformers() {
-    for name in FIXTURES {
+    for name in REFERENCE_FIXTURES {
         let f = fixture(name);
         let runs = single_runs(&f, 32);
         for (p, run) in f.prompts.iter().zip(&runs) {

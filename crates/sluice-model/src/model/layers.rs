@@ -87,18 +87,30 @@ pub(crate) struct Loader<'a> {
 }
 
 impl Loader<'_> {
+    /// The name of `id` in the source: the first of the architecture's
+    /// spellings it holds (the first, for errors, when it holds none).
     pub fn name(&self, id: TensorId) -> String {
-        self.arch.tensor_name(id, self.naming)
+        let names = self.arch.tensor_names(id, self.naming);
+        let found = names.iter().position(|n| self.source.contains(n));
+        names
+            .into_iter()
+            .nth(found.unwrap_or(0))
+            .unwrap_or_default()
     }
 
-    /// A norm weight (always f32).
+    /// A norm weight (always f32), offset as the architecture's norms
+    /// need in this naming ([`Arch::norm_weight_offset`]).
     pub fn vector(&self, id: TensorId, len: usize) -> Result<Vec<f32>> {
         let name = self.name(id);
-        let v = self
+        let mut v = self
             .source
             .read(&name, &[len], QuantFormat::F32)?
             .into_f32();
         self.source.release(&name);
+        let offset = self.arch.norm_weight_offset(self.naming);
+        if offset != 0.0 {
+            v.iter_mut().for_each(|w| *w += offset);
+        }
         Ok(v)
     }
 

@@ -112,9 +112,21 @@ pub fn silu_mul(gate_up: &[f32], width: usize, out: &mut [f32]) {
 }
 
 /// GeGLU with transformers' `gelu_pytorch_tanh` over rows `[gate (width)
-/// | up (width)]` of the fused projection. Plain scalar code: only the
-/// architectures that choose `Activation::GeluTanh` run it.
+/// | up (width)]` of the fused projection, rows split over the kernel
+/// threads (each row's values are computed the same way on any thread).
 pub fn gelu_tanh_mul(gate_up: &[f32], width: usize, out: &mut [f32]) {
+    let rows = out.len() / width;
+    let out_ptr = SyncPtr(out.as_mut_ptr());
+    for_row_ranges(rows, 2 * width, |r| {
+        // SAFETY: row ranges are disjoint and inside `out`.
+        let dst = unsafe {
+            std::slice::from_raw_parts_mut(out_ptr.get().add(r.start * width), r.len() * width)
+        };
+        gelu_tanh_mul_rows(&gate_up[r.start * 2 * width..r.end * 2 * width], width, dst);
+    });
+}
+
+fn gelu_tanh_mul_rows(gate_up: &[f32], width: usize, out: &mut [f32]) {
     const SQRT_2_OVER_PI: f32 = 0.797_884_6;
     for (row, dst) in gate_up
         .chunks_exact(2 * width)

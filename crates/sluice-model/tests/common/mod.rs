@@ -17,7 +17,12 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+/// The dense fixtures (one KV cache group), which the scheduling scenarios
+/// size their pools for.
 pub const FIXTURES: &[&str] = &["tiny-qwen2", "tiny-llama", "tiny-qwen3"];
+/// Every fixture with transformers references, the hybrid one (sliding
+/// and full layers) included.
+pub const REFERENCE_FIXTURES: &[&str] = &["tiny-qwen2", "tiny-llama", "tiny-qwen3", "tiny-gemma3"];
 /// The README's suggested tolerance for an f32 engine.
 pub const ATOL: f32 = 1e-4;
 
@@ -112,6 +117,28 @@ pub fn fixture(name: &'static str) -> Fixture {
     }
 }
 
+/// `Model::forward` on one prompt with a fresh cache: the logits at the last
+/// prompt position. Blocks 1.. (0 is the null block) are handed out in
+/// reverse, so the table, not the order, decides where tokens live; each KV
+/// cache group (a hybrid model's sliding and full layers) gets its own.
+pub fn prompt_last_logits(model: &Model, prompt: &[u32]) -> Vec<f32> {
+    use sluice_model::kv_cache::KvCache;
+    use sluice_model::model::ForwardBatch;
+    let block_size = 16;
+    let groups = model.config.kv_layer_groups(Default::default()).specs.len();
+    let per_group = prompt.len().div_ceil(block_size);
+    let num_blocks = groups * per_group + 1;
+    let mut kv = KvCache::new(&model.config, KvCacheConfig::new(block_size, num_blocks)).unwrap();
+    let all: Vec<u32> = (1..num_blocks as u32).rev().collect();
+    let tables: Vec<&[u32]> = all.chunks(per_group).collect();
+    let mut batch = ForwardBatch::default();
+    batch
+        .push_seq_groups(prompt, 0, &tables, block_size)
+        .unwrap();
+    batch.logits_rows.push(prompt.len() - 1);
+    model.forward(&batch, &mut kv).unwrap()
+}
+
 /// Greedy, EOS ignored, `max_tokens` tokens, top-5 logprobs.
 pub fn greedy_params(max_tokens: usize) -> SamplingParams {
     SamplingParams {
@@ -158,8 +185,11 @@ impl Driver {
 }
 
 impl<B: ForwardBackend> Driver<B> {
-    pub fn with_runner(runner: ModelRunner<B>, config: SchedulerConfig) -> Self {
+    /// The scheduler manages the KV cache groups the runner's model forms
+    /// (a hybrid model's sliding layers free their out-of-window blocks).
+    pub fn with_runner(runner: ModelRunner<B>, mut config: SchedulerConfig) -> Self {
         assert_eq!(runner.num_kv_blocks(), config.num_gpu_blocks);
+        config.kv_cache_groups = runner.kv_cache_groups();
         Driver {
             sched: Scheduler::new(config).expect("scheduler"),
             runner,

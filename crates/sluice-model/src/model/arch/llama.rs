@@ -48,7 +48,7 @@ impl Arch for Llama {
         true
     }
 
-    fn wiring(&self) -> LayerWiring {
+    fn wiring(&self, _hidden_size: usize) -> LayerWiring {
         // Pre-norm, SiLU (SwiGLU), the embedding as read.
         LayerWiring::default()
     }

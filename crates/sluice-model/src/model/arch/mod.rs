@@ -1,5 +1,5 @@
 //! The architecture seam: what each decoder family provides, one file per
-//! family (`llama.rs`, `qwen2.rs`, `qwen3.rs`), and the tensor names every
+//! family (`llama.rs`, `qwen2.rs`, `qwen3.rs`, `gemma3.rs`), and the tensor names every
 //! weight source resolves.
 //!
 //! An architecture is an [`Arch`]: the names it answers to (Hugging Face
@@ -28,13 +28,16 @@
 //! not have yet, that piece goes into `model/layers.rs` behind a new
 //! [`LayerPieces`] switch, not into the architecture file.
 
+mod gemma3;
 mod llama;
 mod qwen2;
 mod qwen3;
 
 use super::layer_attention::LayerAttention;
 use super::wiring::LayerWiring;
-use crate::config::ModelConfig;
+use crate::config::{AttentionConfig, ModelConfig};
+use anyhow::Result;
+use sluice_gguf::Metadata;
 use std::fmt;
 
 /// The decoder families this runner implements. `ModelConfig::architecture`
@@ -48,11 +51,14 @@ pub enum Architecture {
     /// `Qwen3ForCausalLM`: per-head RMSNorm of q and k, head_dim from the
     /// config, no q/k/v bias.
     Qwen3,
+    /// `Gemma3ForCausalLM`: pre- and post-norms, GELU-tanh, alternating
+    /// sliding-window and full layers.
+    Gemma3,
 }
 
 impl Architecture {
     /// Every architecture, in the order error messages list them.
-    pub const ALL: [Architecture; 3] = [Self::Qwen2, Self::Qwen3, Self::Llama];
+    pub const ALL: [Architecture; 4] = [Self::Qwen2, Self::Qwen3, Self::Llama, Self::Gemma3];
 
     /// The architecture's definition.
     pub fn def(self) -> &'static dyn Arch {
@@ -60,6 +66,7 @@ impl Architecture {
             Self::Qwen2 => &qwen2::Qwen2,
             Self::Llama => &llama::Llama,
             Self::Qwen3 => &qwen3::Qwen3,
+            Self::Gemma3 => &gemma3::Gemma3,
         }
     }
 
@@ -173,9 +180,54 @@ pub trait Arch: Send + Sync {
         sluice_arch::family::default_head_dim(family, hidden_size, num_attention_heads)
     }
 
-    /// How the layer is wired (norm placement, activation, embedding
-    /// scale). Every architecture states its own.
-    fn wiring(&self) -> LayerWiring;
+    /// How the layer of a model `hidden_size` wide is wired (norm
+    /// placement, activation, embedding scale). Every architecture states
+    /// its own.
+    fn wiring(&self, hidden_size: usize) -> LayerWiring;
+
+    /// Multimodal class names in `architectures` whose checkpoints nest
+    /// this architecture's config under `text_config` (and its tensors under
+    /// a language-model prefix: [`Arch::tensor_names`]); sluice runs the
+    /// text model.
+    fn hf_text_model_wrappers(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// The transformers config class's defaults for fields a `config.json`
+    /// may omit, as a JSON object (`null` when none are needed: the Llama
+    /// and Qwen configs in the wild spell their shape out).
+    fn hf_config_defaults(&self) -> serde_json::Value {
+        serde_json::Value::Null
+    }
+
+    /// Where the checkpoint may keep tensor `id` in `naming`, the likeliest
+    /// first; the loader takes the first the source holds. One spelling
+    /// ([`Arch::tensor_name`]) unless the architecture's checkpoints come
+    /// in several layouts.
+    fn tensor_names(&self, id: TensorId, naming: TensorNaming) -> Vec<String> {
+        vec![self.tensor_name(id, naming)]
+    }
+
+    /// `tie_word_embeddings` when `config.json` does not say (the
+    /// transformers config class's default).
+    fn hf_default_tie_word_embeddings(&self) -> bool {
+        false
+    }
+
+    /// What a norm weight read in `naming` is offset by before use: Gemma's
+    /// RMSNorms multiply by `1 + w` and its checkpoints store `w`, where
+    /// llama.cpp's converter has already added the 1.
+    fn norm_weight_offset(&self, _naming: TensorNaming) -> f32 {
+        0.0
+    }
+
+    /// The attention settings of a GGUF file (`md`) whose shape is
+    /// `config`, from its `{arch}.*` keys and llama.cpp's rules for what the
+    /// file does not say. None by default: llama.cpp's `llama`, `qwen2`
+    /// and `qwen3` attend fully on every layer.
+    fn gguf_attention(&self, _md: &Metadata, _config: &ModelConfig) -> Result<AttentionConfig> {
+        Ok(AttentionConfig::default())
+    }
 
     /// Layer `layer`'s attention shape. The default is the same RoPE'd
     /// attention on every layer, windowed where the config's

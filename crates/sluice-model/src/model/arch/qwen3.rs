@@ -55,7 +55,7 @@ impl Arch for Qwen3 {
         LayerAttention::with_config_window(config, layer, first)
     }
 
-    fn wiring(&self) -> LayerWiring {
+    fn wiring(&self, _hidden_size: usize) -> LayerWiring {
         // Pre-norm, SiLU (SwiGLU), the embedding as read.
         LayerWiring::default()
     }
