@@ -165,17 +165,20 @@ fn simulate_blocks_with(model: &Path, profile: &Path, extra: &[&str]) -> u64 {
 }
 
 fn serve_blocks(model: &Path, profile: &Path) -> u64 {
-    let mut serve = spawn_serve(
-        &[
-            "--executor",
-            "simulated",
-            "--profile",
-            profile.to_str().unwrap(),
-            "--model",
-            model.to_str().unwrap(),
-        ],
-        &[],
-    );
+    serve_blocks_with(model, profile, &[])
+}
+
+fn serve_blocks_with(model: &Path, profile: &Path, extra: &[&str]) -> u64 {
+    let mut args = vec![
+        "--executor",
+        "simulated",
+        "--profile",
+        profile.to_str().unwrap(),
+        "--model",
+        model.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let mut serve = spawn_serve(&args, &[]);
     let blocks = serve
         .log
         .iter()
@@ -268,11 +271,27 @@ fn a_hybrid_config_is_sized_by_its_kv_cache_groups() {
         }
         .blocks()
     };
+    let off = ["--disable-hybrid-kv-cache-manager"];
     assert_eq!(simulate_blocks(&model, &profile), sized_as(2));
-    assert_eq!(
-        simulate_blocks_with(&model, &profile, &["--disable-hybrid-kv-cache-manager"]),
-        sized_as(6)
-    );
+    assert_eq!(serve_blocks(&model, &profile), sized_as(2));
+    assert_eq!(simulate_blocks_with(&model, &profile, &off), sized_as(6));
+    assert_eq!(serve_blocks_with(&model, &profile, &off), sized_as(6));
+    // Its llama.cpp conversion stores the window but no pattern, so
+    // llama.cpp's default makes every 6th layer full: [sliding × 5, full],
+    // buckets of 5 and 1, six groups of 1 layer, a block 1 page.
+    let gguf = model.join("tiny-gemma3-f32.gguf");
+    let e = expected_gguf(&gguf);
+    let sized_as = |layer_slots| {
+        Expected {
+            layers: layer_slots,
+            kv_heads: e.kv_heads,
+            head_dim: e.head_dim,
+            weight_bytes: e.weight_bytes,
+        }
+        .blocks()
+    };
+    assert_eq!(simulate_blocks(&gguf, &profile), sized_as(1));
+    assert_eq!(serve_blocks(&gguf, &profile), sized_as(1));
 }
 
 #[test]
@@ -309,4 +328,34 @@ fn the_runner_and_the_shape_reader_give_every_layer_the_same_attention_kind() {
         let shape = LayeredShape::from_config_str(&text, Path::new("config.json")).unwrap();
         assert_eq!(shape.layer_kinds, runner_kinds, "{arch}{extra}");
     }
+    // Gemma 3: its `layer_types`, or without them the pattern keys or
+    // Gemma3TextConfig's 6; and its GGUF conversion.
+    let dir = repo_data("tiny-gemma3");
+    let text = std::fs::read_to_string(dir.join("config.json")).unwrap();
+    let mut cfg: Value = serde_json::from_str(&text).unwrap();
+    let listed = cfg.clone();
+    cfg.as_object_mut().unwrap().remove("layer_types");
+    let patterned = cfg.clone();
+    cfg.as_object_mut()
+        .unwrap()
+        .remove("sliding_window_pattern");
+    let underscored = cfg.clone();
+    cfg.as_object_mut()
+        .unwrap()
+        .remove("_sliding_window_pattern");
+    cfg["num_hidden_layers"] = 12.into();
+    for c in [listed, patterned, underscored, cfg] {
+        let text = c.to_string();
+        let runner = sluice_model::config::ModelConfig::from_json(&text).unwrap();
+        let runner_kinds = sluice_model::model::DecoderPlan::of(&runner).attention_kinds();
+        let shape = LayeredShape::from_config_str(&text, Path::new("config.json")).unwrap();
+        assert_eq!(shape.layer_kinds, runner_kinds, "{text}");
+        assert!(shape.has_windowed_layers(), "{text}");
+    }
+    let gguf = dir.join("tiny-gemma3-f32.gguf");
+    let runner = sluice_model::gguf::GgufModel::open(&gguf).unwrap().config;
+    let runner_kinds = sluice_model::model::DecoderPlan::of(&runner).attention_kinds();
+    let shape = LayeredShape::from_gguf(&gguf).unwrap();
+    assert_eq!(shape.layer_kinds, runner_kinds);
+    assert!(shape.has_windowed_layers());
 }

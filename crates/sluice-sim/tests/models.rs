@@ -830,6 +830,30 @@ fn a_gemma3_gguf_slides_on_llama_cpps_pattern() {
         m.layer_kinds[0],
         AttentionKind::SlidingWindow { window: 512 }
     );
+    // `attention.sliding_window_pattern`: N (every N-th layer full, 0
+    // none) or a bool per layer (true: sliding).
+    let full_layers = |pattern: sluice_gguf::Value| {
+        let mut w = w.clone();
+        w.add("gemma3.attention.sliding_window_pattern", pattern);
+        let path = dir.path().join("patterned.gguf");
+        w.write(&path).unwrap();
+        let m = LayeredShape::from_gguf(&path).unwrap();
+        (0..12)
+            .filter(|&i| m.layer_kinds[i] == AttentionKind::Full)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(full_layers(3u32.into()), vec![2, 5, 8, 11]);
+    assert_eq!(full_layers(0u32.into()), Vec::<usize>::new());
+    let mut bools = vec![true; 12];
+    bools[0] = false;
+    assert_eq!(full_layers(bools.into()), vec![0]);
+    // A window of 0 is none.
+    let mut w0 = w.clone();
+    w0.add("gemma3.attention.sliding_window", 0u32);
+    let path = dir.path().join("no-window.gguf");
+    w0.write(&path).unwrap();
+    let m = LayeredShape::from_gguf(&path).unwrap();
+    assert_eq!(m.layer_kinds, vec![AttentionKind::Full; 12]);
     // A llama file with a window key is still full attention.
     let (mut w, _) = tiny_gguf(true);
     w.add("llama.attention.sliding_window", 64u32);
