@@ -123,7 +123,7 @@ impl LayeredShape {
             (Some(SlidingRule::AllButEvery(default)), Some(window)) => {
                 let slide = AttentionKind::SlidingWindow { window };
                 sliding_layers(
-                    &md,
+                    md,
                     &key("attention.sliding_window_pattern"),
                     layers,
                     default,
