@@ -20,9 +20,11 @@
 //! tokens) or `"chunked_attention"` (chunks of `attention_chunk_size`) per
 //! layer, as transformers and vLLM read it (Gemma 3, gpt-oss, recent
 //! Qwen configs); else the family's rule for `sliding_window`
-//! ([`crate::family::SlidingRule`]). A window that covers
-//! `max_position_embeddings` keeps every token: full attention, as the
-//! model runner reads it.
+//! ([`crate::family::SlidingRule`]); for the families whose every layer may
+//! slide (Mistral, Qwen2 / Qwen3) a window that covers
+//! `max_position_embeddings` keeps every token, full attention, as the
+//! model runner reads them; `layer_types` and Gemma's patterns take the
+//! window as given, as vLLM's Gemma 3 and gpt-oss models do.
 
 use crate::family::SlidingRule;
 use crate::family::{default_head_dim, Family};
@@ -229,8 +231,10 @@ impl Config<'_> {
     }
 
     /// `sliding_window`, unless it covers the whole context
-    /// (`max_position_embeddings`), where a window keeps every token.
-    fn window(&self) -> Result<Option<usize>, ModelConfigError> {
+    /// (`max_position_embeddings`), where a window keeps every token: the
+    /// rule of the families whose every layer may slide (MistralConfig's,
+    /// Qwen2Config's), as the runner reads them.
+    fn window_below_context(&self) -> Result<Option<usize>, ModelConfigError> {
         let max_len = self.opt_usize("max_position_embeddings")?;
         Ok(self
             .opt_usize("sliding_window")?
@@ -243,44 +247,47 @@ impl Config<'_> {
             return self.listed_layer_kinds(types, layers);
         }
         let full = vec![AttentionKind::Full; layers];
-        let Some(window) = self.window()? else {
+        let rule = self.family().map_or(SlidingRule::Ignored, |f| f.sliding);
+        let window = match rule {
+            SlidingRule::AllButEvery(_) => self.opt_usize("sliding_window")?,
+            _ => self.window_below_context()?,
+        };
+        let Some(window) = window else {
             return Ok(full);
         };
         let slide = AttentionKind::SlidingWindow { window };
-        Ok(
-            match self.family().map_or(SlidingRule::Ignored, |f| f.sliding) {
-                SlidingRule::Ignored => full,
-                SlidingRule::EveryLayer => vec![slide; layers],
-                SlidingRule::FromMaxWindowLayers => {
-                    if self.opt_bool("use_sliding_window")? != Some(true) {
-                        return Ok(full);
-                    }
-                    let first = self.opt_usize("max_window_layers")?.unwrap_or(28);
-                    (0..layers)
-                        .map(|i| {
-                            if i >= first {
-                                slide
-                            } else {
-                                AttentionKind::Full
-                            }
-                        })
-                        .collect()
+        Ok(match rule {
+            SlidingRule::Ignored => full,
+            SlidingRule::EveryLayer => vec![slide; layers],
+            SlidingRule::FromMaxWindowLayers => {
+                if self.opt_bool("use_sliding_window")? != Some(true) {
+                    return Ok(full);
                 }
-                SlidingRule::AllButEvery(default) => {
-                    let n = match self.opt_usize("sliding_window_pattern")? {
-                        Some(n) => n,
-                        None => self
-                            .opt_usize("_sliding_window_pattern")?
-                            .unwrap_or(default),
-                    };
-                    crate::LayerPattern::SlidingExceptEvery {
-                        window,
-                        full_every: n,
-                    }
-                    .kinds(layers)
+                let first = self.opt_usize("max_window_layers")?.unwrap_or(28);
+                (0..layers)
+                    .map(|i| {
+                        if i >= first {
+                            slide
+                        } else {
+                            AttentionKind::Full
+                        }
+                    })
+                    .collect()
+            }
+            SlidingRule::AllButEvery(default) => {
+                let n = match self.opt_usize("sliding_window_pattern")? {
+                    Some(n) => n,
+                    None => self
+                        .opt_usize("_sliding_window_pattern")?
+                        .unwrap_or(default),
+                };
+                crate::LayerPattern::SlidingExceptEvery {
+                    window,
+                    full_every: n,
                 }
-            },
-        )
+                .kinds(layers)
+            }
+        })
     }
 
     /// `layer_types`: one name per layer.
@@ -303,16 +310,13 @@ impl Config<'_> {
             .iter()
             .map(|name| match name.as_str() {
                 Some("full_attention") => Ok(AttentionKind::Full),
-                Some("sliding_attention") => Ok(match self.window()? {
-                    Some(window) => AttentionKind::SlidingWindow { window },
-                    None if self.opt_usize("sliding_window")?.is_some() => AttentionKind::Full,
-                    None => {
-                        return Err(self.key_error(
-                            "sliding_window",
-                            "missing, and `layer_types` names sliding layers".into(),
-                        ))
-                    }
-                }),
+                Some("sliding_attention") => match self.opt_usize("sliding_window")? {
+                    Some(window) => Ok(AttentionKind::SlidingWindow { window }),
+                    None => Err(self.key_error(
+                        "sliding_window",
+                        "missing, and `layer_types` names sliding layers".into(),
+                    )),
+                },
                 Some("chunked_attention") => Ok(AttentionKind::ChunkedLocal {
                     chunk: self.opt_usize("attention_chunk_size")?.ok_or_else(|| {
                         self.key_error(

@@ -344,7 +344,10 @@ fn the_runner_and_the_shape_reader_give_every_layer_the_same_attention_kind() {
         .unwrap()
         .remove("_sliding_window_pattern");
     cfg["num_hidden_layers"] = 12.into();
-    for c in [listed, patterned, underscored, cfg] {
+    // A window past the context still makes sliding layers.
+    let mut wide = listed.clone();
+    wide["sliding_window"] = 1024.into();
+    for c in [listed, patterned, underscored, cfg, wide] {
         let text = c.to_string();
         let runner = sluice_model::config::ModelConfig::from_json(&text).unwrap();
         let runner_kinds = sluice_model::model::DecoderPlan::of(&runner).attention_kinds();
