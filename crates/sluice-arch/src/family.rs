@@ -10,9 +10,13 @@
 //! size a config without `head_dim` the same way, and the way
 //! transformers does (its config class's default, which vLLM reads).
 //!
+//! It also says which layers a config's `sliding_window` reaches when no
+//! `layer_types` list says it layer by layer ([`SlidingRule`]): what KV
+//! cache groups the model gets, hence how a pool of memory is sized.
+//!
 //! A family here is a shape fact, not a promise that the runner runs it:
-//! mixture-of-experts and Gemma families are listed so that simulations
-//! of them read their configs right.
+//! mixture-of-experts, Gemma and gpt-oss families are listed so that
+//! simulations of them read their configs right.
 
 /// How a family's config class fills in an absent `head_dim`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,6 +27,25 @@ pub enum HeadDimDefault {
     /// A fixed width in the config class's signature (Qwen3Config: 128;
     /// GemmaConfig, Gemma2Config, Gemma3TextConfig: 256).
     Fixed(usize),
+}
+
+/// Which layers a config's `sliding_window` reaches, when the config has
+/// no `layer_types` (which, when present, says it for every layer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlidingRule {
+    /// The window is not read: every layer is full attention.
+    Ignored,
+    /// Every layer slides when a window is given (MistralConfig).
+    EveryLayer,
+    /// Layers from `max_window_layers` (default 28) on slide, and only
+    /// with `use_sliding_window` (Qwen2Config, Qwen3Config).
+    FromMaxWindowLayers,
+    /// Every layer slides but each `n`-th, layer `i` full when
+    /// `(i + 1) % n == 0`; a config's `sliding_window_pattern` (or
+    /// `_sliding_window_pattern`) gives another `n` (Gemma2Config: 2,
+    /// Gemma3TextConfig: 6; llama.cpp's `swa_pattern` of the same
+    /// architectures, which GGUF files do not store).
+    AllButEvery(usize),
 }
 
 /// One decoder family: its names in the two config formats and its
@@ -38,6 +61,8 @@ pub struct Family {
     pub gguf_architectures: &'static [&'static str],
     /// What an absent `head_dim` means.
     pub head_dim: HeadDimDefault,
+    /// Which layers `sliding_window` reaches.
+    pub sliding: SlidingRule,
 }
 
 const fn family(
@@ -45,16 +70,19 @@ const fn family(
     hf_model_types: &'static [&'static str],
     gguf_architectures: &'static [&'static str],
     head_dim: HeadDimDefault,
+    sliding: SlidingRule,
 ) -> Family {
     Family {
         hf_architectures,
         hf_model_types,
         gguf_architectures,
         head_dim,
+        sliding,
     }
 }
 
 use HeadDimDefault::{Fixed, HiddenOverHeads};
+use SlidingRule::{AllButEvery, EveryLayer, FromMaxWindowLayers, Ignored};
 
 /// Every family known, runnable by the CPU runner or not.
 pub const FAMILIES: &[Family] = &[
@@ -63,28 +91,65 @@ pub const FAMILIES: &[Family] = &[
         &["qwen2"],
         &["qwen2"],
         HiddenOverHeads,
+        FromMaxWindowLayers,
     ),
-    family(&["Qwen3ForCausalLM"], &["qwen3"], &["qwen3"], Fixed(128)),
+    family(
+        &["Qwen3ForCausalLM"],
+        &["qwen3"],
+        &["qwen3"],
+        Fixed(128),
+        FromMaxWindowLayers,
+    ),
     family(
         &["LlamaForCausalLM", "MistralForCausalLM"],
         &["llama", "mistral"],
         &["llama"],
         HiddenOverHeads,
+        EveryLayer,
     ),
-    family(&["MixtralForCausalLM"], &["mixtral"], &[], HiddenOverHeads),
+    family(
+        &["MixtralForCausalLM"],
+        &["mixtral"],
+        &[],
+        HiddenOverHeads,
+        EveryLayer,
+    ),
     family(
         &["Qwen2MoeForCausalLM"],
         &["qwen2_moe"],
         &["qwen2moe"],
         HiddenOverHeads,
+        FromMaxWindowLayers,
     ),
-    family(&["GemmaForCausalLM"], &["gemma"], &["gemma"], Fixed(256)),
-    family(&["Gemma2ForCausalLM"], &["gemma2"], &["gemma2"], Fixed(256)),
+    family(
+        &["GemmaForCausalLM"],
+        &["gemma"],
+        &["gemma"],
+        Fixed(256),
+        Ignored,
+    ),
+    family(
+        &["Gemma2ForCausalLM"],
+        &["gemma2"],
+        &["gemma2"],
+        Fixed(256),
+        AllButEvery(2),
+    ),
     family(
         &["Gemma3ForCausalLM"],
         &["gemma3_text"],
         &["gemma3"],
         Fixed(256),
+        AllButEvery(6),
+    ),
+    // GptOssConfig: head_dim 64; its configs list `layer_types`, sliding
+    // and full alternating from layer 0.
+    family(
+        &["GptOssForCausalLM"],
+        &["gpt_oss"],
+        &["gpt-oss"],
+        Fixed(64),
+        AllButEvery(2),
     ),
 ];
 

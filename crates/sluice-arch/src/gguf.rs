@@ -12,15 +12,33 @@
 //! cache are taken as 2 bytes (fp16, llama.cpp's and vLLM's default); the
 //! weight bytes are the file's tensor data (all parts of a split set), so a
 //! quantized file streams fewer bytes per weight.
+//!
+//! Layer kinds ([`LayeredShape`]): with a positive
+//! `{arch}.attention.sliding_window`, the layers of a family that
+//! alternates windows slide as `{arch}.attention.sliding_window_pattern`
+//! says (a bool per layer, or N: every N-th layer full, 0: none), else as
+//! llama.cpp's default `swa_pattern` (Gemma 2 every 2nd layer full, Gemma 3
+//! every 6th, layer `il` full when `(il + 1) % n == 0`; gpt-oss every
+//! 2nd); any other file is full attention.
 
+use crate::family::{Family, SlidingRule};
 use crate::load::ModelConfigError;
-use crate::ModelShape;
+use crate::{LayeredShape, ModelShape};
+use sluice_core::kv_cache::AttentionKind;
 use std::path::Path;
 
 impl ModelShape {
     /// The shape of a GGUF file (the first part, for a split set); its
     /// weight bytes are the tensor data of all parts.
     pub fn from_gguf(path: &Path) -> Result<ModelShape, ModelConfigError> {
+        LayeredShape::from_gguf(path).map(|l| l.shape)
+    }
+}
+
+impl LayeredShape {
+    /// The shape and layer kinds of a GGUF file (the first part, for a
+    /// split set).
+    pub fn from_gguf(path: &Path) -> Result<LayeredShape, ModelConfigError> {
         let file = sluice_gguf::GgufFile::open(path)?;
         let md = file.metadata();
         let arch = md.architecture()?.to_string();
@@ -98,12 +116,60 @@ impl ModelShape {
             tie_word_embeddings: file.tensor("output.weight").is_none(),
             stored_weight_bytes: Some(stored),
         };
-        shape
+        let layer_kinds = match (
+            Family::from_gguf(&arch).map(|f| f.sliding),
+            opt("attention.sliding_window")?.filter(|&w| w > 0),
+        ) {
+            (Some(SlidingRule::AllButEvery(default)), Some(window)) => {
+                let slide = AttentionKind::SlidingWindow { window };
+                sliding_layers(
+                    md,
+                    &key("attention.sliding_window_pattern"),
+                    layers,
+                    default,
+                )
+                .map_err(|problem| ModelConfigError::Key {
+                    path: path.to_path_buf(),
+                    key: key("attention.sliding_window_pattern"),
+                    problem,
+                })?
+                .into_iter()
+                .map(|s| if s { slide } else { AttentionKind::Full })
+                .collect()
+            }
+            _ => vec![AttentionKind::Full; layers],
+        };
+        let layered = LayeredShape { shape, layer_kinds };
+        layered
             .validate()
             .map_err(|problem| ModelConfigError::Shape {
                 path: path.to_path_buf(),
                 problem,
             })?;
-        Ok(shape)
+        Ok(layered)
+    }
+}
+
+/// Which of `layers` layers slide, from `key` (llama.cpp's
+/// `attention.sliding_window_pattern`: a bool per layer, or `N`, every
+/// `N`-th layer full, 0 none), else every `default`-th layer full.
+fn sliding_layers(
+    md: &sluice_gguf::Metadata,
+    key: &str,
+    layers: usize,
+    default: usize,
+) -> Result<Vec<bool>, String> {
+    let every = |n: usize| (0..layers).map(|l| n == 0 || (l + 1) % n != 0).collect();
+    match md.get(key) {
+        None => Ok(every(default)),
+        Some(v) if v.as_array().is_some() => match md.array(key).map_err(|e| e.to_string())? {
+            sluice_gguf::Array::Bool(b) if b.len() == layers => Ok(b.clone()),
+            a => Err(format!(
+                "expected {layers} booleans (one per layer), found {} of {}",
+                a.len(),
+                a.element_type()
+            )),
+        },
+        Some(_) => Ok(every(md.u32(key).map_err(|e| e.to_string())? as usize)),
     }
 }

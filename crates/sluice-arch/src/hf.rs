@@ -14,26 +14,52 @@
 //! config's `text_config` is read when the top level has no
 //! `hidden_size`. Shared experts and quantization configs are not
 //! modelled.
+//!
+//! Layer kinds ([`LayeredShape`]): `layer_types` when present, one of
+//! `"full_attention"`, `"sliding_attention"` (a window of `sliding_window`
+//! tokens) or `"chunked_attention"` (chunks of `attention_chunk_size`) per
+//! layer, as transformers and vLLM read it (Gemma 3, gpt-oss, recent
+//! Qwen configs); else the family's rule for `sliding_window`
+//! ([`crate::family::SlidingRule`]); for the families whose every layer may
+//! slide (Mistral, Qwen2 / Qwen3) a window that covers
+//! `max_position_embeddings` keeps every token, full attention, as the
+//! model runner reads them; `layer_types` and Gemma's patterns take the
+//! window as given, as vLLM's Gemma 3 and gpt-oss models do.
 
+use crate::family::SlidingRule;
 use crate::family::{default_head_dim, Family};
 use crate::load::ModelConfigError;
-use crate::ModelShape;
+use crate::{LayeredShape, ModelShape};
 use serde_json::Value;
+use sluice_core::kv_cache::AttentionKind;
 use sluice_gguf::GgmlType;
 use std::path::Path;
 
 impl ModelShape {
     /// The shape of a Hugging Face `config.json`.
     pub fn from_config_json(path: &Path) -> Result<ModelShape, ModelConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ModelConfigError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        ModelShape::from_config_str(&text, path)
+        LayeredShape::from_config_json(path).map(|l| l.shape)
     }
 
     /// The shape of `config.json` text; `path` is what errors name.
     pub fn from_config_str(text: &str, path: &Path) -> Result<ModelShape, ModelConfigError> {
+        LayeredShape::from_config_str(text, path).map(|l| l.shape)
+    }
+}
+
+impl LayeredShape {
+    /// The shape and layer kinds of a Hugging Face `config.json`.
+    pub fn from_config_json(path: &Path) -> Result<LayeredShape, ModelConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ModelConfigError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        LayeredShape::from_config_str(&text, path)
+    }
+
+    /// The shape and layer kinds of `config.json` text; `path` is what
+    /// errors name.
+    pub fn from_config_str(text: &str, path: &Path) -> Result<LayeredShape, ModelConfigError> {
         let root: Value = serde_json::from_str(text).map_err(|source| ModelConfigError::Json {
             path: path.to_path_buf(),
             source,
@@ -114,7 +140,17 @@ impl ModelShape {
                 path: path.to_path_buf(),
                 problem,
             })?;
-        Ok(shape)
+        let layered = LayeredShape {
+            layer_kinds: cfg.layer_kinds(shape.layers)?,
+            shape,
+        };
+        layered
+            .validate()
+            .map_err(|problem| ModelConfigError::Shape {
+                path: path.to_path_buf(),
+                problem,
+            })?;
+        Ok(layered)
     }
 }
 
@@ -185,6 +221,120 @@ impl Config<'_> {
         self.opt_usize(key)?
             .ok_or_else(|| self.key_error(key, "missing".into()))
     }
+
+    fn opt_bool(&self, key: &str) -> Result<Option<bool>, ModelConfigError> {
+        match self.root.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(v) => Err(self.key_error(key, format!("expected true or false, found {v}"))),
+        }
+    }
+
+    /// `sliding_window`, unless it covers the whole context
+    /// (`max_position_embeddings`), where a window keeps every token: the
+    /// rule of the families whose every layer may slide (MistralConfig's,
+    /// Qwen2Config's), as the runner reads them.
+    fn window_below_context(&self) -> Result<Option<usize>, ModelConfigError> {
+        let max_len = self.opt_usize("max_position_embeddings")?;
+        Ok(self
+            .opt_usize("sliding_window")?
+            .filter(|&w| max_len.is_none_or(|m| w < m)))
+    }
+
+    /// What each of `layers` layers' KV cache keeps.
+    fn layer_kinds(&self, layers: usize) -> Result<Vec<AttentionKind>, ModelConfigError> {
+        if let Some(types) = self.root.get("layer_types").filter(|v| !v.is_null()) {
+            return self.listed_layer_kinds(types, layers);
+        }
+        let full = vec![AttentionKind::Full; layers];
+        let rule = self.family().map_or(SlidingRule::Ignored, |f| f.sliding);
+        let window = match rule {
+            SlidingRule::AllButEvery(_) => self.opt_usize("sliding_window")?,
+            _ => self.window_below_context()?,
+        };
+        let Some(window) = window else {
+            return Ok(full);
+        };
+        let slide = AttentionKind::SlidingWindow { window };
+        Ok(match rule {
+            SlidingRule::Ignored => full,
+            SlidingRule::EveryLayer => vec![slide; layers],
+            SlidingRule::FromMaxWindowLayers => {
+                if self.opt_bool("use_sliding_window")? != Some(true) {
+                    return Ok(full);
+                }
+                let first = self.opt_usize("max_window_layers")?.unwrap_or(28);
+                (0..layers)
+                    .map(|i| {
+                        if i >= first {
+                            slide
+                        } else {
+                            AttentionKind::Full
+                        }
+                    })
+                    .collect()
+            }
+            SlidingRule::AllButEvery(default) => {
+                let n = match self.opt_usize("sliding_window_pattern")? {
+                    Some(n) => n,
+                    None => self
+                        .opt_usize("_sliding_window_pattern")?
+                        .unwrap_or(default),
+                };
+                crate::LayerPattern::SlidingExceptEvery {
+                    window,
+                    full_every: n,
+                }
+                .kinds(layers)
+            }
+        })
+    }
+
+    /// `layer_types`: one name per layer.
+    fn listed_layer_kinds(
+        &self,
+        types: &Value,
+        layers: usize,
+    ) -> Result<Vec<AttentionKind>, ModelConfigError> {
+        let key = "layer_types";
+        let Some(names) = types.as_array() else {
+            return Err(self.key_error(key, format!("expected a list, found {types}")));
+        };
+        if names.len() != layers {
+            return Err(self.key_error(
+                key,
+                format!("{} entries for num_hidden_layers {layers}", names.len()),
+            ));
+        }
+        names
+            .iter()
+            .map(|name| match name.as_str() {
+                Some("full_attention") => Ok(AttentionKind::Full),
+                Some("sliding_attention") => match self.opt_usize("sliding_window")? {
+                    Some(window) => Ok(AttentionKind::SlidingWindow { window }),
+                    None => Err(self.key_error(
+                        "sliding_window",
+                        "missing, and `layer_types` names sliding layers".into(),
+                    )),
+                },
+                Some("chunked_attention") => Ok(AttentionKind::ChunkedLocal {
+                    chunk: self.opt_usize("attention_chunk_size")?.ok_or_else(|| {
+                        self.key_error(
+                            "attention_chunk_size",
+                            "missing, and `layer_types` names chunked layers".into(),
+                        )
+                    })?,
+                }),
+                _ => Err(self.key_error(
+                    key,
+                    format!(
+                        "unknown layer type {name}: expected \"full_attention\", \
+                         \"sliding_attention\" or \"chunked_attention\""
+                    ),
+                )),
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -246,5 +396,94 @@ mod tests {
             .replace("\"hidden_size\": 64", "\"hidden_size\": 66");
         let e = ModelShape::from_config_str(&odd, Path::new("c.json")).unwrap_err();
         assert!(e.to_string().contains("head_dim"), "{e}");
+    }
+
+    #[test]
+    fn layer_kinds_come_from_layer_types_or_the_familys_pattern() {
+        let slide = |window| AttentionKind::SlidingWindow { window };
+        // gpt-oss-20b's config.json lists its layers (abridged to 4).
+        let text = r#"{"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss",
+            "hidden_size": 2880, "num_hidden_layers": 4, "num_attention_heads": 64,
+            "num_key_value_heads": 8, "head_dim": 64, "intermediate_size": 2880,
+            "num_local_experts": 32, "num_experts_per_tok": 4, "vocab_size": 201088,
+            "max_position_embeddings": 131072, "sliding_window": 128,
+            "layer_types": ["sliding_attention", "full_attention", "sliding_attention",
+            "full_attention"]}"#;
+        let m = LayeredShape::from_config_str(text, Path::new("c.json")).unwrap();
+        assert_eq!(
+            m.layer_kinds,
+            vec![
+                slide(128),
+                AttentionKind::Full,
+                slide(128),
+                AttentionKind::Full
+            ]
+        );
+        assert_eq!((m.shape.num_experts, m.shape.experts_per_token), (32, 4));
+        // Gemma 3 without `layer_types`: Gemma3TextConfig's pattern of 6,
+        // or the config's `sliding_window_pattern` / `_sliding_window_pattern`.
+        let gemma = r#"{"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
+            "hidden_size": 640, "num_hidden_layers": 12, "num_attention_heads": 4,
+            "num_key_value_heads": 1, "intermediate_size": 2048, "vocab_size": 262144,
+            "max_position_embeddings": 32768, "sliding_window": 512}"#;
+        let full_layers = |text: &str| -> Vec<usize> {
+            let m = LayeredShape::from_config_str(text, Path::new("c.json")).unwrap();
+            assert!(m.layer_kinds.iter().all(|k| matches!(
+                k,
+                AttentionKind::Full | AttentionKind::SlidingWindow { window: 512 }
+            )));
+            (0..m.shape.layers)
+                .filter(|&i| m.layer_kinds[i] == AttentionKind::Full)
+                .collect()
+        };
+        assert_eq!(full_layers(gemma), vec![5, 11]);
+        let with = |key: &str| {
+            gemma.replace(
+                "\"sliding_window\"",
+                &format!("\"{key}\": 4, \"sliding_window\""),
+            )
+        };
+        assert_eq!(full_layers(&with("sliding_window_pattern")), vec![3, 7, 11]);
+        assert_eq!(
+            full_layers(&with("_sliding_window_pattern")),
+            vec![3, 7, 11]
+        );
+        // Mistral: every layer; Qwen2 only with use_sliding_window, from
+        // max_window_layers on; a window covering the context is full.
+        let dense = |arch: &str, extra: &str| {
+            format!(
+                r#"{{"architectures": ["{arch}"], "hidden_size": 64, "num_hidden_layers": 3,
+                "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 1000,
+                "max_position_embeddings": 4096, "sliding_window": 1024{extra}}}"#
+            )
+        };
+        let kinds = |text: String| {
+            LayeredShape::from_config_str(&text, Path::new("c.json"))
+                .unwrap()
+                .layer_kinds
+        };
+        assert_eq!(kinds(dense("MistralForCausalLM", "")), vec![slide(1024); 3]);
+        assert_eq!(
+            kinds(dense("Qwen2ForCausalLM", "")),
+            vec![AttentionKind::Full; 3]
+        );
+        assert_eq!(
+            kinds(dense(
+                "Qwen2ForCausalLM",
+                r#", "use_sliding_window": true, "max_window_layers": 1"#
+            )),
+            vec![AttentionKind::Full, slide(1024), slide(1024)]
+        );
+        assert_eq!(
+            kinds(dense("MistralForCausalLM", "").replace("1024", "4096")),
+            vec![AttentionKind::Full; 3]
+        );
+        // A list of the wrong length, or an unknown name, names the key.
+        let short = text.replace("\"num_hidden_layers\": 4", "\"num_hidden_layers\": 3");
+        let e = LayeredShape::from_config_str(&short, Path::new("c.json")).unwrap_err();
+        assert!(e.to_string().contains("layer_types"), "{e}");
+        let odd = text.replace(r#""full_attention"]"#, r#""linear_attention"]"#);
+        let e = LayeredShape::from_config_str(&odd, Path::new("c.json")).unwrap_err();
+        assert!(e.to_string().contains("linear_attention"), "{e}");
     }
 }

@@ -6,7 +6,7 @@
 //! measured (its size is the weight bytes) but not touched. Errors name
 //! the file and the key.
 
-use crate::ModelShape;
+use crate::{LayeredShape, ModelShape};
 use std::path::{Path, PathBuf};
 
 /// Why a model shape could not be had.
@@ -44,10 +44,25 @@ impl ModelShape {
     /// GGUF file, or a directory holding a `config.json` or exactly one
     /// GGUF model.
     pub fn load(spec: &str) -> Result<ModelShape, ModelConfigError> {
-        if let Some(shape) = ModelShape::builtin(spec) {
+        LayeredShape::load(spec).map(|l| l.shape)
+    }
+
+    /// The shape of the model at `path` (never a built-in): a `config.json`
+    /// (any JSON file), a GGUF file, or a directory holding a `config.json`
+    /// or else exactly one GGUF model — the precedence the model loader
+    /// uses.
+    pub fn from_path(path: &Path) -> Result<ModelShape, ModelConfigError> {
+        LayeredShape::from_path(path).map(|l| l.shape)
+    }
+}
+
+impl LayeredShape {
+    /// [`ModelShape::load`] with the layers' attention kinds.
+    pub fn load(spec: &str) -> Result<LayeredShape, ModelConfigError> {
+        if let Some(shape) = LayeredShape::builtin(spec) {
             return Ok(shape);
         }
-        ModelShape::from_path(Path::new(spec)).map_err(|e| match e {
+        LayeredShape::from_path(Path::new(spec)).map_err(|e| match e {
             ModelConfigError::NotFound { .. } => ModelConfigError::NotFound {
                 spec: spec.to_string(),
                 builtins: ModelShape::builtin_names().join(", "),
@@ -56,24 +71,21 @@ impl ModelShape {
         })
     }
 
-    /// The shape of the model at `path` (never a built-in): a `config.json`
-    /// (any JSON file), a GGUF file, or a directory holding a `config.json`
-    /// or else exactly one GGUF model — the precedence the model loader
-    /// uses.
-    pub fn from_path(path: &Path) -> Result<ModelShape, ModelConfigError> {
+    /// [`ModelShape::from_path`] with the layers' attention kinds.
+    pub fn from_path(path: &Path) -> Result<LayeredShape, ModelConfigError> {
         if path.is_dir() {
             let config = path.join("config.json");
             if config.is_file() {
-                return ModelShape::from_config_json(&config);
+                return LayeredShape::from_config_json(&config);
             }
             let gguf = sluice_gguf::resolve_model_path(path)?;
-            return ModelShape::from_gguf(&gguf);
+            return LayeredShape::from_gguf(&gguf);
         }
         if path.is_file() {
             if sluice_gguf::is_gguf_file(path) {
-                return ModelShape::from_gguf(path);
+                return LayeredShape::from_gguf(path);
             }
-            return ModelShape::from_config_json(path);
+            return LayeredShape::from_config_json(path);
         }
         Err(ModelConfigError::NotFound {
             spec: path.display().to_string(),

@@ -120,7 +120,26 @@ impl ModelShape {
     /// KV cache bytes of one token across all layers on one GPU at
     /// tensor parallelism `tp`.
     pub fn kv_bytes_per_token_per_gpu(&self, tp: usize) -> usize {
-        self.layers * 2 * self.kv_heads_per_gpu(tp) * self.head_dim * self.bytes_per_param
+        self.layers * self.kv_page_bytes_per_token_per_gpu(tp)
+    }
+
+    /// KV cache bytes of one token in one layer on one GPU at `tp`.
+    fn kv_page_bytes_per_token_per_gpu(&self, tp: usize) -> usize {
+        2 * self.kv_heads_per_gpu(tp) * self.head_dim * self.bytes_per_param
+    }
+
+    /// Bytes of one KV pool block on one GPU at `tp` when a block id
+    /// stands for `layer_slots` layers' pages of `block_size` tokens (vLLM's
+    /// page: `block_size × 2 × kv_heads × head_dim × dtype bytes`; every
+    /// layer of a plain decoder, or a hybrid model's group size, see
+    /// `crate::layers`).
+    pub fn kv_bytes_per_block_per_gpu(
+        &self,
+        layer_slots: usize,
+        block_size: usize,
+        tp: usize,
+    ) -> u64 {
+        layer_slots as u64 * block_size as u64 * self.kv_page_bytes_per_token_per_gpu(tp) as u64
     }
 
     /// The experts a step of `tokens` tokens touches in expectation, each

@@ -10,15 +10,17 @@
 use crate::exit::{bad_config, config_error};
 use anyhow::{Context, Result};
 use clap::Args;
+use sluice_core::kv_cache::GroupingPolicy;
 use sluice_core::{HashAlgo, SchedulerConfig, SchedulingPolicy};
 use sluice_engine::{Engine, EngineConfig, Executor, StartOptions, TokenId, Tokenizer};
 use sluice_model::config::{GenerationConfig, ModelConfig};
 use sluice_model::kernels::QuantFormat;
+use sluice_model::kv_cache::KvCacheConfig;
 use sluice_model::model::GgufInfo;
 use sluice_model::runner::{BackendRegistry, BackendRequest};
 use sluice_model::{DType, KvCacheSize, LoadFormat, ModelSpec};
 use sluice_server::logging;
-use sluice_sim::{SimulatedExecutor, StepTimeModel};
+use sluice_sim::{LayeredShape, SimulatedExecutor, StepTimeModel};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -121,6 +123,26 @@ pub struct SchedulerArgs {
     /// hash chain as it does in vLLM.
     #[arg(long, value_name = "ALGO", default_value = "sha256")]
     pub prefix_caching_hash_algo: HashAlgo,
+    /// Keep every layer's KV cache as full attention does: one KV cache
+    /// group, no blocks freed outside a sliding window, so a block costs a
+    /// page of every layer (vLLM's flag; the layers still attend only
+    /// inside their windows).
+    #[arg(long)]
+    pub disable_hybrid_kv_cache_manager: bool,
+}
+
+impl SchedulerArgs {
+    /// Which windowed layers get KV cache groups of their own: sliding
+    /// windows unless `--disable-hybrid-kv-cache-manager`; chunked-local
+    /// layers never (vLLM turns its hybrid manager off for them unless
+    /// `VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE` is set, keeping
+    /// them as full attention).
+    pub fn grouping(&self) -> GroupingPolicy {
+        GroupingPolicy {
+            hybrid: !self.disable_hybrid_kv_cache_manager,
+            chunked_local: false,
+        }
+    }
 }
 
 /// The block-hash seed: vLLM derives the root of its hash chain from
@@ -344,24 +366,30 @@ pub fn load_profile(
 pub fn simulated_shape(
     resolved: Option<&crate::hub::ResolvedModel>,
     config: &ModelConfig,
-) -> Result<sluice_sim::ModelShape> {
+) -> Result<LayeredShape> {
     match resolved {
-        Some(r) => sluice_sim::ModelShape::from_path(&r.path)
-            .map_err(|e| bad_config(format!("--model: {e}"))),
-        None => Ok(config.shape()),
+        Some(r) => {
+            LayeredShape::from_path(&r.path).map_err(|e| bad_config(format!("--model: {e}")))
+        }
+        None => Ok(LayeredShape {
+            shape: config.shape(),
+            layer_kinds: sluice_model::model::DecoderPlan::of(config).attention_kinds(),
+        }),
     }
 }
 
 /// KV blocks of a simulated cache, as vLLM sizes them
-/// (`sluice_sim::roofline::kv_cache_budget`: the GPU's memory at
+/// (`sluice_sim::roofline::kv_cache_budget_grouped`: the GPU's memory at
 /// `gpu_memory_utilization`, less the weights' share and the profile's
-/// activation reserve, in blocks of the model's KV per GPU), at most
+/// activation reserve, in blocks of the shared pool, one block a page of
+/// each layer slot of a KV cache group grouped under `grouping`), at most
 /// `MAX_SIMULATED_KV_BLOCKS`. A fitted or table profile without a
 /// hardware section has no memory to size from: `--num-gpu-blocks-override`
 /// must say. Returns the blocks and a line saying how they were sized.
 pub fn simulated_kv_blocks(
     profile: &sluice_sim::Profile,
-    shape: &sluice_sim::ModelShape,
+    shape: &LayeredShape,
+    grouping: GroupingPolicy,
     tp: usize,
     gpu_memory_utilization: f64,
     block_size: usize,
@@ -382,8 +410,9 @@ pub fn simulated_kv_blocks(
             )))
         }
     };
-    let b = sluice_sim::roofline::kv_cache_budget(
+    let b = sluice_sim::roofline::kv_cache_budget_grouped(
         shape,
+        grouping,
         &hardware,
         tp,
         gpu_memory_utilization,
@@ -391,11 +420,22 @@ pub fn simulated_kv_blocks(
     )
     .map_err(|e| bad_config(format!("--gpu-memory-utilization: {e}")))?;
     let blocks = b.num_blocks.min(MAX_SIMULATED_KV_BLOCKS);
+    let groups = shape.kv_layer_groups(grouping);
+    let per_block = if groups.is_hybrid() {
+        format!(
+            ", a block {} layer pages ({} KV cache groups of {} layers)",
+            b.layer_slots,
+            groups.specs.len(),
+            b.layer_slots
+        )
+    } else {
+        String::new()
+    };
     Ok((
         blocks,
         format!(
             "{blocks} KV blocks: {:.1} GB per GPU × {gpu_memory_utilization} − {:.1} GB of \
-             weights − {:.1} GB reserve",
+             weights − {:.1} GB reserve{per_block}",
             hardware.memory_bytes / 1e9,
             b.weight_bytes_per_gpu / 1e9,
             b.reserve_bytes / 1e9
@@ -559,13 +599,14 @@ fn prepare(
             // The KV size first, so that its error names its flag; then the
             // backend reads the weights (an error names the tensor).
             kv_size
-                .resolve(&loaded.config, sched.block_size)
+                .resolve(&loaded.config, sched.block_size, sched.grouping())
                 .context(kv_flag)
                 .map_err(config_error)?;
             let request = BackendRequest {
                 model: loaded,
                 block_size: sched.block_size,
                 kv_cache_size: kv_size,
+                grouping: sched.grouping(),
                 seed: model.model_seed,
             };
             BackendRegistry::default()
@@ -590,8 +631,8 @@ fn prepare(
     };
     let config =
         EngineConfig::new(scheduler).with_model_eos(&tokenizer, &generation_config.eos_token_ids);
-    let info =
-        crate::startup::ModelInfo::of(label(), &model_config, loaded.as_ref(), sched.block_size);
+    let blocks = KvCacheConfig::new(sched.block_size, 0).with_grouping(sched.grouping());
+    let info = crate::startup::ModelInfo::of(label(), &model_config, loaded.as_ref(), &blocks);
     Ok(PreparedEngine {
         config,
         executor,
@@ -605,20 +646,22 @@ fn prepare(
 /// `sim`'s profile, a KV pool sized from `shape` (or the override).
 fn simulated_executor(
     sim: &Simulation,
-    shape: &sluice_sim::ModelShape,
+    shape: &LayeredShape,
     sched: &SchedulerArgs,
     vocab: usize,
     seed: u64,
     eos_ids: Vec<TokenId>,
 ) -> Result<SimulatedExecutor> {
     let tp = sim.tensor_parallel_size;
-    let (profile, step_model) = load_profile(&sim.profile, shape, tp)?;
+    let (profile, step_model) = load_profile(&sim.profile, &shape.shape, tp)?;
+    let grouping = sched.grouping();
     let blocks = match sched.num_gpu_blocks_override {
         Some(n) => n,
         None => {
             simulated_kv_blocks(
                 &profile,
                 shape,
+                grouping,
                 tp,
                 SIMULATED_GPU_MEMORY_UTILIZATION,
                 sched.block_size,
@@ -633,7 +676,8 @@ fn simulated_executor(
     ));
     Ok(
         SimulatedExecutor::new(step_model, blocks, sched.block_size, vocab, seed)
-            .with_excluded_tokens(eos_ids),
+            .with_excluded_tokens(eos_ids)
+            .with_kv_cache_groups(shape.kv_layer_groups(grouping).specs),
     )
 }
 
@@ -728,7 +772,9 @@ mod tests {
         assert_eq!(shape, sluice_sim::ModelShape::QWEN2_5_0_5B);
         let h100 = sluice_sim::Profile::load("h100-sxm").unwrap();
         let hw = *h100.hardware().unwrap();
-        let (blocks, why) = simulated_kv_blocks(&h100, &shape, 1, 0.5, 16).unwrap();
+        let layered = LayeredShape::all_full(shape);
+        let on = GroupingPolicy::default();
+        let (blocks, why) = simulated_kv_blocks(&h100, &layered, on, 1, 0.5, 16).unwrap();
         // K and V × 24 layers × 2 KV heads × 64 × 2 bytes, per token.
         let per_block = (2 * 24 * 2 * 64 * 2 * 16) as f64;
         let usable = (hw.memory_bytes * 0.5).ceil()
@@ -747,7 +793,7 @@ mod tests {
             "t.json",
         )
         .unwrap();
-        let e = simulated_kv_blocks(&table, &shape, 1, 0.92, 16).unwrap_err();
+        let e = simulated_kv_blocks(&table, &layered, on, 1, 0.92, 16).unwrap_err();
         assert!(
             format!("{e:#}").contains("--num-gpu-blocks-override"),
             "{e:#}"

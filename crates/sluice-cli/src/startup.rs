@@ -32,13 +32,13 @@ pub struct ModelInfo {
 
 impl ModelInfo {
     /// The info of a model of `config` from `source`, its weights
-    /// `loaded` (`None`: simulated), its KV cache in blocks of
-    /// `block_size` tokens.
+    /// `loaded` (`None`: simulated), its KV cache in blocks laid out as
+    /// `blocks` says (block size, layer grouping: what a block costs).
     pub fn of(
         source: String,
         config: &ModelConfig,
         loaded: Option<&LoadedModel>,
-        block_size: usize,
+        blocks: &KvCacheConfig,
     ) -> Self {
         ModelInfo {
             source,
@@ -51,7 +51,7 @@ impl ModelInfo {
                 .unwrap_or("unknown"),
             num_layers: config.num_hidden_layers,
             weights: loaded.map(LoadedModel::weight_formats).unwrap_or_default(),
-            kv_bytes_per_block: loaded.map(|_| KvCacheConfig::bytes_per_block(config, block_size)),
+            kv_bytes_per_block: loaded.map(|_| blocks.block_bytes(config)),
         }
     }
 }

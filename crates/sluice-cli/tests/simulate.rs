@@ -93,6 +93,55 @@ fn a_run_reports_vllms_result_keys() {
 }
 
 #[test]
+fn a_hybrid_model_is_sized_by_its_kv_cache_groups() {
+    // Gemma 3 270M on the built-in H100 (85,520,809,984 bytes) at 0.1:
+    // ⌈8,552,080,998.4⌉ − 536,131,840 bytes of weights (268,065,920
+    // parameters × 2) − the 2 GiB reserve = 5,868,465,511 bytes. vLLM's
+    // six groups of 3 layers make a block 3 pages of 16 tokens × 2 × 1 KV
+    // head × 256 × 2 bytes = 49,152 bytes: 119,394 blocks. Without the
+    // hybrid manager a block is a page of all 18 layers, 294,912 bytes:
+    // 19,899 blocks.
+    let args = [
+        "--model",
+        "google/gemma-3-270m",
+        "--hardware",
+        "H100-SXM",
+        "--gpu-memory-utilization",
+        "0.1",
+        "--num-prompts",
+        "40",
+        "--random-input-len",
+        "2048",
+        "--random-output-len",
+        "32",
+        "--request-rate",
+        "20",
+    ];
+    let out = simulate(&args);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("(119394 KV blocks:"), "{text}");
+    assert!(text.contains("6 KV cache groups of 3 layers"), "{text}");
+    let off = [&args[..], &["--disable-hybrid-kv-cache-manager"]].concat();
+    let out = simulate(&off);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("(19899 KV blocks:"), "{text}");
+    assert!(!text.contains("KV cache groups"), "{text}");
+    // Both runs schedule every request through their groups.
+    assert_eq!(json_of(&args)["completed"], 40);
+    assert_eq!(json_of(&off)["completed"], 40);
+}
+
+#[test]
 fn replicas_routers_and_pd_split_the_load() {
     let mut args = SMALL.to_vec();
     args.extend(["--replicas", "4", "--router", "least-requests"]);

@@ -12,6 +12,12 @@
 //!   GGUF's weights;
 //! - blocks: ⌊(⌈memory × 0.92⌉ − weights − reserve) ÷ (16 × KV bytes per
 //!   token)⌋ (vLLM 0.33's `determine_available_memory`).
+//!
+//! A hybrid config (tiny-gemma3's sliding and full layers) is sized by its
+//! KV cache groups, a block costing one group's layer pages, or all of them
+//! with `--disable-hybrid-kv-cache-manager`; and the runner's and the
+//! simulator's readers give every layer of a config the same attention
+//! kind.
 
 mod common;
 
@@ -131,12 +137,17 @@ fn blocks_in(line: &str) -> Option<u64> {
 }
 
 fn simulate_blocks(model: &Path, profile: &Path) -> u64 {
+    simulate_blocks_with(model, profile, &[])
+}
+
+fn simulate_blocks_with(model: &Path, profile: &Path, extra: &[&str]) -> u64 {
     let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .arg("simulate")
         .arg("--model")
         .arg(model)
         .arg("--hardware")
         .arg(profile)
+        .args(extra)
         .args(["--num-prompts", "1", "--random-input-len", "4"])
         .args(["--random-output-len", "2", "--no-progress"])
         .output()
@@ -154,17 +165,20 @@ fn simulate_blocks(model: &Path, profile: &Path) -> u64 {
 }
 
 fn serve_blocks(model: &Path, profile: &Path) -> u64 {
-    let mut serve = spawn_serve(
-        &[
-            "--executor",
-            "simulated",
-            "--profile",
-            profile.to_str().unwrap(),
-            "--model",
-            model.to_str().unwrap(),
-        ],
-        &[],
-    );
+    serve_blocks_with(model, profile, &[])
+}
+
+fn serve_blocks_with(model: &Path, profile: &Path, extra: &[&str]) -> u64 {
+    let mut args = vec![
+        "--executor",
+        "simulated",
+        "--profile",
+        profile.to_str().unwrap(),
+        "--model",
+        model.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let mut serve = spawn_serve(&args, &[]);
     let blocks = serve
         .log
         .iter()
@@ -232,4 +246,119 @@ fn the_simulator_and_the_server_size_every_fixture_alike() {
             "{model:?} (simulate, serve) vs vLLM's sizing of {expected:?}"
         );
     }
+}
+
+#[test]
+fn a_hybrid_config_is_sized_by_its_kv_cache_groups() {
+    let dir = temp_dir("hybrid-profile");
+    let profile = dir.join("profile.json");
+    let json = serde_json::json!({"kind": "roofline", "hardware": HW});
+    std::fs::write(&profile, json.to_string()).unwrap();
+    // tiny-gemma3's `layer_types`: 4 sliding layers, 2 full (2 and 5).
+    // vLLM's group size is the smaller bucket, 2: two sliding groups and a
+    // full one of 2 layers, so a block of the shared pool costs 2 layer
+    // pages, not 6 (`_get_kv_cache_bytes_per_block`); without the hybrid
+    // manager, one group of all 6.
+    let model = repo_data("tiny-gemma3");
+    let e = expected_hf(&model.join("config.json"));
+    assert_eq!((e.layers, e.kv_heads, e.head_dim), (6, 2, 32));
+    let sized_as = |layer_slots| {
+        Expected {
+            layers: layer_slots,
+            kv_heads: e.kv_heads,
+            head_dim: e.head_dim,
+            weight_bytes: e.weight_bytes,
+        }
+        .blocks()
+    };
+    let off = ["--disable-hybrid-kv-cache-manager"];
+    assert_eq!(simulate_blocks(&model, &profile), sized_as(2));
+    assert_eq!(serve_blocks(&model, &profile), sized_as(2));
+    assert_eq!(simulate_blocks_with(&model, &profile, &off), sized_as(6));
+    assert_eq!(serve_blocks_with(&model, &profile, &off), sized_as(6));
+    // Its llama.cpp conversion stores the window but no pattern, so
+    // llama.cpp's default makes every 6th layer full: [sliding × 5, full],
+    // buckets of 5 and 1, six groups of 1 layer, a block 1 page.
+    let gguf = model.join("tiny-gemma3-f32.gguf");
+    let e = expected_gguf(&gguf);
+    let sized_as = |layer_slots| {
+        Expected {
+            layers: layer_slots,
+            kv_heads: e.kv_heads,
+            head_dim: e.head_dim,
+            weight_bytes: e.weight_bytes,
+        }
+        .blocks()
+    };
+    assert_eq!(simulate_blocks(&gguf, &profile), sized_as(1));
+    assert_eq!(serve_blocks(&gguf, &profile), sized_as(1));
+}
+
+#[test]
+fn the_runner_and_the_shape_reader_give_every_layer_the_same_attention_kind() {
+    // Two readers of one config.json: the CPU runner's (its architecture's
+    // layer shapes) and sluice-arch's (the simulator's), on the sliding
+    // window rules of the families the runner runs.
+    use sluice_sim::LayeredShape;
+    let base = r#""hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 1000,
+        "max_position_embeddings": 4096"#;
+    for (arch, extra) in [
+        ("MistralForCausalLM", r#", "sliding_window": 1024"#),
+        ("MistralForCausalLM", r#", "sliding_window": 4096"#),
+        ("MistralForCausalLM", r#", "sliding_window": null"#),
+        ("LlamaForCausalLM", ""),
+        ("Qwen2ForCausalLM", r#", "sliding_window": 1024"#),
+        (
+            "Qwen2ForCausalLM",
+            r#", "sliding_window": 1024, "use_sliding_window": true, "max_window_layers": 2"#,
+        ),
+        (
+            "Qwen3ForCausalLM",
+            r#", "sliding_window": 512, "use_sliding_window": true, "max_window_layers": 1"#,
+        ),
+        (
+            "Qwen3ForCausalLM",
+            r#", "sliding_window": 512, "use_sliding_window": true"#,
+        ),
+    ] {
+        let text = format!(r#"{{"architectures": ["{arch}"], {base}{extra}}}"#);
+        let runner = sluice_model::config::ModelConfig::from_json(&text).unwrap();
+        let runner_kinds = sluice_model::model::DecoderPlan::of(&runner).attention_kinds();
+        let shape = LayeredShape::from_config_str(&text, Path::new("config.json")).unwrap();
+        assert_eq!(shape.layer_kinds, runner_kinds, "{arch}{extra}");
+    }
+    // Gemma 3: its `layer_types`, or without them the pattern keys or
+    // Gemma3TextConfig's 6; and its GGUF conversion.
+    let dir = repo_data("tiny-gemma3");
+    let text = std::fs::read_to_string(dir.join("config.json")).unwrap();
+    let mut cfg: Value = serde_json::from_str(&text).unwrap();
+    let listed = cfg.clone();
+    cfg.as_object_mut().unwrap().remove("layer_types");
+    let patterned = cfg.clone();
+    cfg.as_object_mut()
+        .unwrap()
+        .remove("sliding_window_pattern");
+    let underscored = cfg.clone();
+    cfg.as_object_mut()
+        .unwrap()
+        .remove("_sliding_window_pattern");
+    cfg["num_hidden_layers"] = 12.into();
+    // A window past the context still makes sliding layers.
+    let mut wide = listed.clone();
+    wide["sliding_window"] = 1024.into();
+    for c in [listed, patterned, underscored, cfg, wide] {
+        let text = c.to_string();
+        let runner = sluice_model::config::ModelConfig::from_json(&text).unwrap();
+        let runner_kinds = sluice_model::model::DecoderPlan::of(&runner).attention_kinds();
+        let shape = LayeredShape::from_config_str(&text, Path::new("config.json")).unwrap();
+        assert_eq!(shape.layer_kinds, runner_kinds, "{text}");
+        assert!(shape.has_windowed_layers(), "{text}");
+    }
+    let gguf = dir.join("tiny-gemma3-f32.gguf");
+    let runner = sluice_model::gguf::GgufModel::open(&gguf).unwrap().config;
+    let runner_kinds = sluice_model::model::DecoderPlan::of(&runner).attention_kinds();
+    let shape = LayeredShape::from_gguf(&gguf).unwrap();
+    assert_eq!(shape.layer_kinds, runner_kinds);
+    assert!(shape.has_windowed_layers());
 }

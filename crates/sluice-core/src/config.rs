@@ -154,6 +154,25 @@ pub(crate) fn at_most(field: &'static str, value: usize, max: usize) -> Result<(
 }
 
 impl SchedulerConfig {
+    /// The most blocks one request of `max_model_len` tokens holds at once,
+    /// summed over the KV cache groups, which all draw from the one pool
+    /// (vLLM 0.33's per-request sum in
+    /// `get_max_concurrency_for_kv_cache_config`, each group's
+    /// `max_memory_usage_bytes ÷ page_size`): a full group's whole
+    /// sequence, a sliding-window group its window and a step.
+    pub fn max_blocks_per_request(&self) -> usize {
+        self.kv_cache_groups
+            .iter()
+            .map(|g| {
+                g.max_blocks_per_request(
+                    g.block_size_or(self.block_size),
+                    self.max_num_batched_tokens,
+                    self.max_model_len,
+                )
+            })
+            .fold(0, usize::saturating_add)
+    }
+
     /// The groups' own rules: at least one group; windows, chunks and block
     /// sizes of at least one token and bounded; with prefix caching, a
     /// chunked-local group's block size equal to the scheduler's (vLLM

@@ -344,3 +344,34 @@ fn speculative_tokens_are_scheduled_and_rejections_roll_back() {
     assert_eq!(a.num_tokens(), 9);
     check_state(&s, Phase::AfterUpdate).unwrap();
 }
+
+#[test]
+fn kv_cache_usage_is_the_shared_pools_after_sliding_groups_free_blocks() {
+    // `vllm:kv_cache_usage_perc` is vLLM's `BlockPool.get_usage`: 1 − free ÷
+    // (blocks − the null block), over the one pool every group draws from.
+    // A 32-token window beside a full group, blocks of 16, 101 blocks.
+    use sluice_core::kv_cache::KvCacheGroupSpec;
+    use sluice_core::SchedulerConfig;
+    let hybrid = SchedulerConfig {
+        kv_cache_groups: vec![KvCacheGroupSpec::sliding_window(32), KvCacheGroupSpec::FULL],
+        ..config(16, 101)
+    };
+    let mut s = sched(hybrid);
+    add(&mut s, "r", prompt(0, 256), 4);
+    // The prefill takes 256 ÷ 16 = 16 blocks in each group: 32 of 100.
+    step(&mut s);
+    assert_eq!(s.make_stats().kv_cache_usage, 1.0 - 68.0 / 100.0);
+    // The first decode: 256 computed tokens, so the window needs positions
+    // 225.. (256 − 32 + 1); the sliding group frees blocks 0..=13 (225 ÷ 16
+    // = 14 skipped) and both groups take block 16 for position 256: 17
+    // full + 3 sliding = 20 of 100.
+    step(&mut s);
+    assert_eq!(s.make_stats().kv_cache_usage, 1.0 - 80.0 / 100.0);
+    assert_eq!(s.kv_cache_usage(), 1.0 - 80.0 / 100.0);
+    // One full group keeps all 17.
+    let mut s = sched(config(16, 101));
+    add(&mut s, "r", prompt(0, 256), 4);
+    step(&mut s);
+    step(&mut s);
+    assert_eq!(s.make_stats().kv_cache_usage, 1.0 - 83.0 / 100.0);
+}

@@ -18,6 +18,7 @@ use crate::kv_cache::KvCacheConfig;
 use crate::runner::{CpuBackend, ForwardBackend, ModelRunner};
 use crate::LoadedModel;
 use anyhow::Result;
+use sluice_core::kv_cache::GroupingPolicy;
 use sluice_core::{DraftTokenIds, Executor, ModelRunnerOutput, RequestId, SchedulerOutput};
 
 /// How large the KV pool is.
@@ -32,14 +33,19 @@ pub enum KvCacheSize {
 
 impl KvCacheSize {
     /// The KV cache of this size for `model` in blocks of `block_size`
-    /// tokens, checked (at least 2 blocks, a size that fits in memory),
-    /// before any weight is read.
-    pub fn resolve(self, model: &ModelConfig, block_size: usize) -> Result<KvCacheConfig> {
+    /// tokens, its layers grouped under `grouping` (what a block costs),
+    /// checked (at least 2 blocks, a size that fits in memory), before any
+    /// weight is read.
+    pub fn resolve(
+        self,
+        model: &ModelConfig,
+        block_size: usize,
+        grouping: GroupingPolicy,
+    ) -> Result<KvCacheConfig> {
+        let kv = KvCacheConfig::new(block_size, 0).with_grouping(grouping);
         let kv = match self {
-            KvCacheSize::Blocks(n) => KvCacheConfig::new(block_size, n),
-            KvCacheSize::Bytes(bytes) => {
-                KvCacheConfig::from_memory_budget(model, block_size, bytes)?
-            }
+            KvCacheSize::Blocks(num_blocks) => KvCacheConfig { num_blocks, ..kv },
+            KvCacheSize::Bytes(bytes) => kv.with_memory_budget(model, bytes)?,
         };
         kv.check(model)?;
         Ok(kv)
@@ -70,7 +76,25 @@ impl ModelExecutor {
         kv_cache_size: KvCacheSize,
         seed: u64,
     ) -> Result<Self> {
-        let kv = kv_cache_size.resolve(&model.config, block_size)?;
+        Self::with_grouping(
+            model,
+            block_size,
+            kv_cache_size,
+            GroupingPolicy::default(),
+            seed,
+        )
+    }
+
+    /// [`new`](Self::new) with the layers grouped under `grouping`
+    /// (`--disable-hybrid-kv-cache-manager`: one full group).
+    pub fn with_grouping(
+        model: &LoadedModel,
+        block_size: usize,
+        kv_cache_size: KvCacheSize,
+        grouping: GroupingPolicy,
+        seed: u64,
+    ) -> Result<Self> {
+        let kv = kv_cache_size.resolve(&model.config, block_size, grouping)?;
         let runner = ModelRunner::new(model, kv)?.with_seed(seed);
         Ok(ModelExecutor::from_runner(runner))
     }

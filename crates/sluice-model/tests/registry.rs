@@ -73,6 +73,7 @@ fn backends_are_built_by_name() {
         model: &loaded,
         block_size: 16,
         kv_cache_size: KvCacheSize::Blocks(12),
+        grouping: Default::default(),
         seed: 0,
     };
     let mut registry = BackendRegistry::default();

@@ -31,6 +31,7 @@
 use crate::step::{ShapeTracker, StepTimeModel};
 use crate::workload::Rng;
 use anyhow::{anyhow, bail, Result};
+use sluice_core::kv_cache::KvCacheGroupSpec;
 use sluice_core::{
     Executor, ModelRunnerOutput, RequestId, SampleLogprobs, SchedulerOutput, TokenId, TokenLogprob,
 };
@@ -58,6 +59,8 @@ pub struct SimulatedExecutor {
     seed: u64,
     excluded: Vec<TokenId>,
     block_size: usize,
+    /// The model's KV cache groups, what the engine gives the scheduler.
+    kv_cache_groups: Vec<KvCacheGroupSpec>,
     tracker: ShapeTracker,
     reqs: HashMap<RequestId, SimRequest>,
     /// When the engine began the current step (`begin_step`), if it said.
@@ -84,6 +87,7 @@ impl SimulatedExecutor {
             seed,
             excluded: Vec::new(),
             block_size,
+            kv_cache_groups: vec![KvCacheGroupSpec::FULL],
             tracker: ShapeTracker::new(),
             reqs: HashMap::new(),
             step_started: None,
@@ -95,6 +99,14 @@ impl SimulatedExecutor {
     /// Tokens never sampled for any request (the model's EOS ids).
     pub fn with_excluded_tokens(mut self, ids: impl IntoIterator<Item = TokenId>) -> Self {
         self.excluded = ids.into_iter().collect();
+        self
+    }
+
+    /// The simulated model's KV cache groups (a hybrid model's sliding
+    /// groups beside its full one), which the engine hands the scheduler;
+    /// one full group unless set.
+    pub fn with_kv_cache_groups(mut self, groups: Vec<KvCacheGroupSpec>) -> Self {
+        self.kv_cache_groups = groups;
         self
     }
 
@@ -209,6 +221,10 @@ impl Executor for SimulatedExecutor {
 
     fn vocab_size(&self) -> Option<usize> {
         Some(self.vocab_size)
+    }
+
+    fn kv_cache_groups(&self) -> Vec<KvCacheGroupSpec> {
+        self.kv_cache_groups.clone()
     }
 
     fn execute(&mut self, so: &SchedulerOutput) -> Result<ModelRunnerOutput> {

@@ -46,9 +46,9 @@ mod kv_budget;
 use crate::step::{StepShape, StepTimeModel};
 pub use error::RooflineError;
 pub use hardware::{parse_hardware_profiles, BuiltinHardware, Hardware, HARDWARE_PROFILES_JSON};
-pub use kv_budget::{kv_cache_budget, num_gpu_blocks, KvBudget};
+pub use kv_budget::{kv_cache_budget, kv_cache_budget_grouped, num_gpu_blocks, KvBudget};
 use serde::{Deserialize, Serialize};
-pub use sluice_arch::ModelShape;
+pub use sluice_arch::{LayeredShape, ModelShape};
 
 /// Checks `tp` against the model as vLLM's config verification does:
 /// attention heads divisible by it, KV heads divisible by it or it by

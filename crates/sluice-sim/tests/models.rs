@@ -2,6 +2,8 @@
 //! and experts, KV sizing, model shapes from files, profiles.
 
 use proptest::prelude::*;
+use sluice_arch::LayeredShape;
+use sluice_core::kv_cache::{AttentionKind, GroupingPolicy};
 use sluice_core::SchedulerConfig;
 use sluice_gguf::{GgmlType, GgufWriter};
 use sluice_sim::fit::{
@@ -10,7 +12,9 @@ use sluice_sim::fit::{
 };
 use sluice_sim::model_config::ModelConfigError;
 use sluice_sim::profile::{FittedProfile, Profile, ProfileError, RooflineProfile, TableProfile};
-use sluice_sim::roofline::{kv_cache_budget, num_gpu_blocks, RooflineError};
+use sluice_sim::roofline::{
+    kv_cache_budget, kv_cache_budget_grouped, num_gpu_blocks, RooflineError,
+};
 use sluice_sim::steplog::StepRecord;
 use sluice_sim::table::TableModel;
 use sluice_sim::{
@@ -549,6 +553,60 @@ fn kv_blocks_by_hand() {
 }
 
 #[test]
+fn hybrid_kv_blocks_by_hand() {
+    // vLLM 0.33 on Gemma 3 270M (`get_kv_cache_config_from_groups`): one
+    // page is 16 tokens × K and V × 1 KV head × 256 × 2 bytes = 16 KiB;
+    // its 15 sliding and 3 full layers form six groups of 3
+    // (`_get_kv_cache_groups_uniform_page_size`), so a block of the shared
+    // pool is 3 pages (the largest group's), 49,152 bytes. Weights: per
+    // layer 640·(1024 + 2·256) + 1024·640 attention + 3·640·2048 MLP +
+    // 2·640 norms = 5,571,840; × 18 + 262,144·640 tied embedding + 640 =
+    // 268,065,920 parameters, 536,131,840 bytes. On 100 GB × 0.5 with a
+    // 1 GB reserve: 48,463,868,160 bytes → 985,999 blocks. Without the
+    // hybrid manager one full group of 18 layers: 294,912 bytes a block,
+    // 164,333 blocks, a sixth.
+    let h = Hardware {
+        memory_bytes: 100e9,
+        activation_reserve_bytes: 1e9,
+        ..Hardware::H100_SXM
+    };
+    let gemma = LayeredShape::builtin("gemma-3-270m").unwrap();
+    let hybrid =
+        kv_cache_budget_grouped(&gemma, GroupingPolicy::default(), &h, 1, 0.5, 16).unwrap();
+    assert_eq!(hybrid.weight_bytes_per_gpu, 536_131_840.0);
+    assert_eq!(hybrid.available_bytes, 48_463_868_160.0);
+    assert_eq!((hybrid.layer_slots, hybrid.bytes_per_block), (3, 49_152));
+    assert_eq!(hybrid.num_blocks, 985_999);
+    let off = GroupingPolicy {
+        hybrid: false,
+        chunked_local: false,
+    };
+    let full = kv_cache_budget_grouped(&gemma, off, &h, 1, 0.5, 16).unwrap();
+    assert_eq!((full.layer_slots, full.bytes_per_block), (18, 294_912));
+    assert_eq!(full.num_blocks, 164_333);
+    // A plain decoder is one group of every layer either way: the budget
+    // of `kv_cache_budget`.
+    let llama = LayeredShape::all_full(ModelShape::LLAMA_3_1_8B);
+    assert_eq!(
+        kv_cache_budget_grouped(&llama, GroupingPolicy::default(), &h, 1, 0.5, 16)
+            .unwrap()
+            .num_blocks,
+        15_706
+    );
+    // gpt-oss-20b: 12 sliding + 12 full layers, two groups of 12. A page
+    // is 16 × 2 × 8 × 64 × 2 = 32 KiB, so a block is 12 pages (384 KiB)
+    // with the hybrid manager, 24 (768 KiB) without; at tp 2 each GPU
+    // holds 4 KV heads, half of each.
+    let oss = LayeredShape::builtin("gpt-oss-20b").unwrap();
+    let on = kv_cache_budget_grouped(&oss, GroupingPolicy::default(), &h, 1, 0.5, 16).unwrap();
+    assert_eq!(on.bytes_per_block, 393_216);
+    let off_oss = kv_cache_budget_grouped(&oss, off, &h, 1, 0.5, 16).unwrap();
+    assert_eq!(off_oss.bytes_per_block, 786_432);
+    let on2 = kv_cache_budget_grouped(&oss, GroupingPolicy::default(), &h, 2, 0.5, 16).unwrap();
+    assert_eq!(on2.bytes_per_block, 196_608);
+}
+
+#[test]
 fn weights_that_do_not_fit_are_an_error_that_says_so() {
     let m = ModelShape::LLAMA_3_1_70B;
     let err = num_gpu_blocks(&m, &Hardware::H100_SXM, 1, 0.9, 16).unwrap_err();
@@ -744,6 +802,65 @@ fn a_gguf_with_experts_reads_them() {
     w.write(&path).unwrap();
     let m = ModelShape::from_gguf(&path).unwrap();
     assert_eq!((m.num_experts, m.experts_per_token), (4, 2));
+}
+
+#[test]
+fn a_gemma3_gguf_slides_on_llama_cpps_pattern() {
+    // llama.cpp stores `gemma3.attention.sliding_window` but not the
+    // pattern: layer il is full when (il + 1) % 6 == 0.
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = GgufWriter::new();
+    w.add("general.architecture", "gemma3")
+        .add("gemma3.embedding_length", 8u32)
+        .add("gemma3.block_count", 12u32)
+        .add("gemma3.attention.head_count", 2u32)
+        .add("gemma3.attention.head_count_kv", 1u32)
+        .add("gemma3.attention.key_length", 4u32)
+        .add("gemma3.feed_forward_length", 16u32)
+        .add("gemma3.attention.sliding_window", 512u32);
+    w.add_tensor_f32("token_embd.weight", &[8, 16], &[0.0; 128]);
+    let path = dir.path().join("gemma3.gguf");
+    w.write(&path).unwrap();
+    let m = LayeredShape::from_gguf(&path).unwrap();
+    let full: Vec<usize> = (0..12)
+        .filter(|&i| m.layer_kinds[i] == AttentionKind::Full)
+        .collect();
+    assert_eq!(full, vec![5, 11]);
+    assert_eq!(
+        m.layer_kinds[0],
+        AttentionKind::SlidingWindow { window: 512 }
+    );
+    // `attention.sliding_window_pattern`: N (every N-th layer full, 0
+    // none) or a bool per layer (true: sliding).
+    let full_layers = |pattern: sluice_gguf::Value| {
+        let mut w = w.clone();
+        w.add("gemma3.attention.sliding_window_pattern", pattern);
+        let path = dir.path().join("patterned.gguf");
+        w.write(&path).unwrap();
+        let m = LayeredShape::from_gguf(&path).unwrap();
+        (0..12)
+            .filter(|&i| m.layer_kinds[i] == AttentionKind::Full)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(full_layers(3u32.into()), vec![2, 5, 8, 11]);
+    assert_eq!(full_layers(0u32.into()), Vec::<usize>::new());
+    let mut bools = vec![true; 12];
+    bools[0] = false;
+    assert_eq!(full_layers(bools.into()), vec![0]);
+    // A window of 0 is none.
+    let mut w0 = w.clone();
+    w0.add("gemma3.attention.sliding_window", 0u32);
+    let path = dir.path().join("no-window.gguf");
+    w0.write(&path).unwrap();
+    let m = LayeredShape::from_gguf(&path).unwrap();
+    assert_eq!(m.layer_kinds, vec![AttentionKind::Full; 12]);
+    // A llama file with a window key is still full attention.
+    let (mut w, _) = tiny_gguf(true);
+    w.add("llama.attention.sliding_window", 64u32);
+    let path = dir.path().join("llama.gguf");
+    w.write(&path).unwrap();
+    let m = LayeredShape::from_gguf(&path).unwrap();
+    assert_eq!(m.layer_kinds, vec![AttentionKind::Full; 2]);
 }
 
 #[test]

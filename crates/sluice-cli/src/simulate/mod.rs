@@ -27,7 +27,7 @@ use sluice_sim::timeline::TimelineWriter;
 use sluice_sim::traces::{load_trace_with, LoadedTrace, TraceOptions};
 use sluice_sim::workload::WorkloadError;
 use sluice_sim::{
-    ModelShape, PdConfig, RandomWorkload, SimReport, SimRequest, SimResult, Simulator, Slo,
+    LayeredShape, PdConfig, RandomWorkload, SimReport, SimRequest, SimResult, Simulator, Slo,
     StepTimeModel,
 };
 use std::path::PathBuf;

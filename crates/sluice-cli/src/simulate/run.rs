@@ -6,7 +6,7 @@ use super::*;
 
 /// Everything fixed for a run except the request rate and replica count.
 pub(super) struct Setup {
-    pub(super) shape: ModelShape,
+    pub(super) shape: LayeredShape,
     pub(super) model: Box<dyn StepTimeModel + Send + Sync>,
     pub(super) hardware: Option<Hardware>,
     pub(super) config: SchedulerConfig,
@@ -21,14 +21,14 @@ pub(super) struct Setup {
 pub(super) const SYNTHETIC_VOCAB: u32 = 32_000;
 
 pub(super) fn setup(args: &RunArgs) -> Result<Setup> {
-    let shape = ModelShape::load(&args.model).map_err(|e| bad_config(format!("--model: {e}")))?;
+    let shape = LayeredShape::load(&args.model).map_err(|e| bad_config(format!("--model: {e}")))?;
     if args.tensor_parallel_size == 0 {
         return Err(bad_config("--tensor-parallel-size: must be at least 1"));
     }
     let profile =
         Profile::load(&args.hardware).map_err(|e| bad_config(format!("--hardware: {e}")))?;
     let model = profile
-        .step_model(Some(&shape), args.tensor_parallel_size)
+        .step_model(Some(&shape.shape), args.tensor_parallel_size)
         .map_err(|e| bad_config(format!("--hardware {}: {e}", args.hardware)))?;
     let hardware = profile.hardware().copied();
     let fitted_range = match &profile {
@@ -44,6 +44,7 @@ pub(super) fn setup(args: &RunArgs) -> Result<Setup> {
         None => simulated_kv_blocks(
             &profile,
             &shape,
+            s.grouping(),
             args.tensor_parallel_size,
             args.gpu_memory_utilization,
             s.block_size,
@@ -69,6 +70,8 @@ pub(super) fn setup(args: &RunArgs) -> Result<Setup> {
         policy: s.scheduling_policy,
         prefix_caching_hash_algo: s.prefix_caching_hash_algo,
         hash_seed: hash_seed_from_env().map_err(bad_config)?,
+        // The groups the engine would get from the model's executor.
+        kv_cache_groups: shape.kv_layer_groups(s.grouping()).specs,
         ..SchedulerConfig::default()
     };
     // A `sluice replay` trace was recorded under its own scheduler config:
@@ -316,7 +319,7 @@ pub(super) fn simulate(
             PdConfig {
                 prefill: p,
                 decode: d,
-                kv_bytes_per_token: setup.shape.kv_bytes_per_token() as f64,
+                kv_bytes_per_token: setup.shape.shape.kv_bytes_per_token() as f64,
                 link_bandwidth: link,
                 transfer_latency_s: setup
                     .hardware

@@ -22,9 +22,11 @@
 //! pool of `N` blocks costs `N × group_size` pages, not `N × num_layers`.
 //!
 //! Without the hybrid manager (`--disable-hybrid-kv-cache-manager`), and for
-//! chunked-local layers unless they are asked for (vLLM forms chunked-local
-//! groups only with `VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE`),
-//! windowed layers keep every token as full attention does: one full group.
+//! a model with chunked-local layers unless they are asked for (vLLM turns
+//! the hybrid manager off for them unless
+//! `VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE` is set, sliding
+//! layers included), windowed layers keep every token as full attention
+//! does: one full group.
 //! The layers still attend only inside their window; only the cache keeps
 //! more.
 
@@ -37,7 +39,8 @@ pub struct GroupingPolicy {
     /// `false` is vLLM's `--disable-hybrid-kv-cache-manager`.
     pub hybrid: bool,
     /// Chunked-local layers get groups of their own (off by default, as in
-    /// vLLM).
+    /// vLLM, where a model with such layers then has no hybrid groups at
+    /// all).
     pub chunked_local: bool,
 }
 
@@ -64,9 +67,16 @@ impl LayerGroups {
     /// The groups of a model whose layer `i` attends as `kinds[i]`. A model
     /// without layers has one empty full group.
     pub fn of_layers(kinds: &[AttentionKind], policy: GroupingPolicy) -> LayerGroups {
+        // vLLM turns the whole hybrid manager off for a model with
+        // chunked-local layers unless they are allowed their own groups
+        // (`VllmConfig.__post_init__`), so its sliding layers are full too.
+        let chunked = kinds
+            .iter()
+            .any(|k| matches!(k, AttentionKind::ChunkedLocal { .. }));
+        let hybrid = policy.hybrid && (policy.chunked_local || !chunked);
         let kept = |k: AttentionKind| match k {
-            AttentionKind::SlidingWindow { .. } if policy.hybrid => k,
-            AttentionKind::ChunkedLocal { .. } if policy.hybrid && policy.chunked_local => k,
+            AttentionKind::SlidingWindow { .. } if hybrid => k,
+            AttentionKind::ChunkedLocal { .. } if hybrid => k,
             _ => AttentionKind::Full,
         };
         let mut buckets: Vec<(AttentionKind, Vec<usize>)> = Vec::new();
@@ -212,6 +222,11 @@ mod tests {
         assert_eq!(g.specs.len(), 4);
         assert_eq!(g.specs[3], KvCacheGroupSpec::FULL);
         assert_eq!(g.group_size(), 1);
+        // Chunked-local layers not allowed groups turn the hybrid manager
+        // off: a sliding layer beside them is full attention too.
+        let g = LayerGroups::of_layers(&[local, SW, FULL], GroupingPolicy::default());
+        assert_eq!(g.specs, vec![KvCacheGroupSpec::FULL]);
+        assert_eq!(g.group_size(), 3);
     }
 
     #[test]

@@ -385,17 +385,7 @@ impl EngineCore {
 /// every group holds for it at most (a sliding-window group only its window
 /// and a step) against the pool without its null block.
 fn check_max_model_len_fits(sc: &sluice_core::SchedulerConfig) -> Result<(), EngineError> {
-    let needed: usize = sc
-        .kv_cache_groups
-        .iter()
-        .map(|g| {
-            g.max_blocks_per_request(
-                g.block_size_or(sc.block_size),
-                sc.max_num_batched_tokens,
-                sc.max_model_len,
-            )
-        })
-        .fold(0, usize::saturating_add);
+    let needed = sc.max_blocks_per_request();
     let available = sc.num_gpu_blocks.saturating_sub(1);
     if needed > available {
         let groups = if sc.kv_cache_groups.len() > 1 {

@@ -13,6 +13,7 @@
 use crate::executor::{KvCacheSize, ModelExecutor};
 use crate::LoadedModel;
 use anyhow::{anyhow, Result};
+use sluice_core::kv_cache::GroupingPolicy;
 use sluice_core::Executor;
 
 /// What a backend is asked to build.
@@ -24,6 +25,9 @@ pub struct BackendRequest<'a> {
     /// The KV pool's size (`--num-gpu-blocks-override` or
     /// `--kv-cache-memory`).
     pub kv_cache_size: KvCacheSize,
+    /// Which windowed layers get KV cache groups of their own
+    /// (`--disable-hybrid-kv-cache-manager` turns `hybrid` off).
+    pub grouping: GroupingPolicy,
     /// Seeds the default per-request seeds (`--model-seed`).
     pub seed: u64,
 }
@@ -51,7 +55,13 @@ pub struct BackendRegistry {
 pub const DEFAULT_BACKEND: &str = "cpu";
 
 fn cpu(req: &BackendRequest<'_>) -> Result<Box<dyn Executor>> {
-    let exec = ModelExecutor::new(req.model, req.block_size, req.kv_cache_size, req.seed)?;
+    let exec = ModelExecutor::with_grouping(
+        req.model,
+        req.block_size,
+        req.kv_cache_size,
+        req.grouping,
+        req.seed,
+    )?;
     Ok(Box::new(exec))
 }
 

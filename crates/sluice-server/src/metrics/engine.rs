@@ -3,6 +3,7 @@
 //! sets of its two info gauges.
 
 use super::exposition::{python_float_repr, Exposition, Labels};
+use sluice_core::kv_cache::AttentionKind;
 use sluice_core::SchedulerConfig;
 use sluice_engine::EngineStats;
 
@@ -15,16 +16,35 @@ fn py_bool(b: bool) -> &'static str {
     }
 }
 
+/// The block size of the full-attention groups, when they share one.
+fn full_attention_block_size(c: &SchedulerConfig) -> Option<usize> {
+    let mut sizes = c
+        .kv_cache_groups
+        .iter()
+        .filter(|g| g.kind == AttentionKind::Full)
+        .map(|g| g.block_size_or(c.block_size));
+    let first = sizes.next()?;
+    sizes.all(|b| b == first).then_some(first)
+}
+
+/// The window of a model whose every KV cache group is one sliding window.
+fn uniform_window(c: &SchedulerConfig) -> Option<usize> {
+    let mut windows = c.kv_cache_groups.iter().map(|g| g.sliding_window_tokens());
+    let first = windows.next()??;
+    windows.all(|w| w == Some(first)).then_some(first)
+}
+
 /// The label values of `vllm:cache_config_info`: every key of vLLM's
 /// `CacheConfig.__dict__` plus `engine` (38), sorted. Where sluice has the
 /// setting, its real value; where a real vLLM engine fills a value in
 /// after start-up (KV capacity), sluice's figure computed vLLM's way;
 /// otherwise vLLM's default as `str()` renders it.
 pub fn cache_config_labels(c: &SchedulerConfig) -> Vec<(&'static str, String)> {
-    let block_size = c.block_size.max(1);
-    // vLLM's `get_kv_cache_capacity` for one full-attention group: the pool
-    // over the blocks one max_model_len request needs.
-    let blocks_per_request = c.max_model_len.div_ceil(block_size).max(1);
+    // vLLM's `get_kv_cache_capacity`: the pool over the blocks one
+    // max_model_len request holds across all KV cache groups (a sliding
+    // group only its window), so a hybrid model's concurrency counts the
+    // blocks its sliding groups give back.
+    let blocks_per_request = c.max_blocks_per_request().max(1);
     let max_concurrency = c.num_gpu_blocks as f64 / blocks_per_request as f64;
     let size_tokens = (max_concurrency * c.max_model_len as f64).floor();
     let hash_algo = c.prefix_caching_hash_algo.as_str();
@@ -38,7 +58,12 @@ pub fn cache_config_labels(c: &SchedulerConfig) -> Vec<(&'static str, String)> {
         // one vLLM accepts for --kv-cache-dtype.
         ("cache_dtype", "float32".into()),
         ("cache_hit_alignment_tokens", none()),
-        ("effective_attention_block_size", c.block_size.to_string()),
+        // The full-attention groups' block size when they share one (vLLM's
+        // `_initialize_effective_attention_block_size`); None without any.
+        (
+            "effective_attention_block_size",
+            full_attention_block_size(c).map_or_else(none, |b| b.to_string()),
+        ),
         ("enable_mamba_shared_prefix_checkpoint", "False".into()),
         (
             "enable_prefix_caching",
@@ -73,7 +98,12 @@ pub fn cache_config_labels(c: &SchedulerConfig) -> Vec<(&'static str, String)> {
         ("replayssm_buffer_len", "16".into()),
         ("simple_cpu_offload_num_blocks", none()),
         ("skip_page_size_padded", none()),
-        ("sliding_window", none()),
+        // vLLM sets it only for a model whose every layer slides (its
+        // `create_engine_config`: `layer_types` absent or all sliding).
+        (
+            "sliding_window",
+            uniform_window(c).map_or_else(none, |w| w.to_string()),
+        ),
         ("swa_bounded_replay", "True".into()),
         ("use_kda_recoverssm", "False".into()),
         ("use_replayssm", "False".into()),

@@ -108,6 +108,61 @@ fn cache_config_info_has_vllms_38_keys_sorted_with_sluices_values() {
 }
 
 #[test]
+fn cache_config_info_of_a_hybrid_model_counts_what_its_groups_hold() {
+    use sluice_core::kv_cache::KvCacheGroupSpec;
+    // Gemma 3 270M's groups (five sliding over 512 tokens, one full) in a
+    // pool of 985,999 blocks of 16. vLLM's `get_kv_cache_capacity`: a
+    // 32768-token request holds 32768 ÷ 16 = 2048 full blocks and, per
+    // sliding group, ⌈min(511 + 8192, 32768) ÷ 16⌉ + 1 = 545: 2048 + 5 ×
+    // 545 = 4773 blocks; 985,999 ÷ 4773 = 206.57846218311334 requests,
+    // int(× 32768) = 6,769,163 tokens. num_gpu_blocks is the shared pool's.
+    let sliding = KvCacheGroupSpec::sliding_window(512);
+    let c = SchedulerConfig {
+        num_gpu_blocks: 985_999,
+        max_model_len: 32_768,
+        max_num_batched_tokens: 8192,
+        block_size: 16,
+        kv_cache_groups: [vec![sliding; 5], vec![KvCacheGroupSpec::FULL]].concat(),
+        ..SchedulerConfig::default()
+    };
+    let labels = cache_config_labels(&c);
+    let get = |labels: &[(&str, String)], k: &str| {
+        labels
+            .iter()
+            .find(|(key, _)| *key == k)
+            .map(|(_, v)| v.clone())
+            .unwrap()
+    };
+    assert_eq!(get(&labels, "num_gpu_blocks"), "985999");
+    assert_eq!(get(&labels, "block_size"), "16");
+    assert_eq!(
+        get(&labels, "kv_cache_max_concurrency"),
+        "206.57846218311334"
+    );
+    assert_eq!(get(&labels, "kv_cache_size_tokens"), "6769163");
+    // vLLM fills `sliding_window` in only when every layer slides, and
+    // the effective block size from the full-attention groups.
+    assert_eq!(get(&labels, "sliding_window"), "None");
+    assert_eq!(get(&labels, "effective_attention_block_size"), "16");
+    // Every layer sliding over 4096 (Mistral): one group holding
+    // ⌈min(4095 + 8192, 32768) ÷ 16⌉ + 1 = 769 blocks a request; 1000
+    // blocks hold 1.3003901170351104 requests, 42,611 tokens.
+    let mistral = SchedulerConfig {
+        num_gpu_blocks: 1000,
+        kv_cache_groups: vec![KvCacheGroupSpec::sliding_window(4096)],
+        ..c
+    };
+    let labels = cache_config_labels(&mistral);
+    assert_eq!(get(&labels, "sliding_window"), "4096");
+    assert_eq!(get(&labels, "effective_attention_block_size"), "None");
+    assert_eq!(
+        get(&labels, "kv_cache_max_concurrency"),
+        "1.3003901170351104"
+    );
+    assert_eq!(get(&labels, "kv_cache_size_tokens"), "42611");
+}
+
+#[test]
 fn lora_requests_info_is_vllms_with_no_adapters() {
     let mut w = Exposition::new();
     lora_requests_info(&mut w);
