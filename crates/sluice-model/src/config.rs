@@ -845,8 +845,9 @@ mod tests {
         assert!(plan.layers.iter().all(|l| l.window == Some(4096)));
         plan.check(&c).unwrap();
         // Every layer slides: one group, which frees out-of-window blocks
-        // (vLLM's uniform sliding-window layout); without the hybrid
-        // manager, one full group.
+        // (vLLM's uniform sliding-window layout), with the hybrid manager
+        // off too: vLLM only promotes sliding layers to full beside full
+        // ones.
         use sluice_core::kv_cache::{GroupingPolicy, KvCacheGroupSpec};
         let groups = c.kv_layer_groups(GroupingPolicy::default());
         assert_eq!(groups.specs, vec![KvCacheGroupSpec::sliding_window(4096)]);
@@ -854,7 +855,10 @@ mod tests {
             hybrid: false,
             chunked_local: false,
         };
-        assert_eq!(c.kv_layer_groups(off).specs, vec![KvCacheGroupSpec::FULL]);
+        assert_eq!(
+            c.kv_layer_groups(off).specs,
+            vec![KvCacheGroupSpec::sliding_window(4096)]
+        );
         // No window, or one that covers the whole context: full attention.
         for ok in ["null", "32768"] {
             let c = ModelConfig::from_json(&text.replace("4096", ok)).unwrap();

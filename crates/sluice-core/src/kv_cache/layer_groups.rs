@@ -73,7 +73,12 @@ impl LayerGroups {
         let chunked = kinds
             .iter()
             .any(|k| matches!(k, AttentionKind::ChunkedLocal { .. }));
-        let hybrid = policy.hybrid && (policy.chunked_local || !chunked);
+        // A model whose layers all attend alike is not hybrid: vLLM keeps
+        // its one kind with the hybrid manager off too
+        // (`_promote_local_kv_cache_specs` leaves uniform specs alone), so
+        // an all-sliding Mistral still frees out-of-window blocks.
+        let uniform = kinds.windows(2).all(|w| w[0] == w[1]);
+        let hybrid = uniform || (policy.hybrid && (policy.chunked_local || !chunked));
         let kept = |k: AttentionKind| match k {
             AttentionKind::SlidingWindow { .. } if hybrid => k,
             AttentionKind::ChunkedLocal { .. } if hybrid => k,
@@ -206,6 +211,10 @@ mod tests {
         assert_eq!(g.specs, vec![KvCacheGroupSpec::FULL]);
         assert_eq!(g.group_size(), 3);
         assert!(!g.is_hybrid());
+        // Uniform sliding layers stay sliding without the hybrid manager
+        // (vLLM promotes them only beside full layers).
+        let g = LayerGroups::of_layers(&[SW; 3], off);
+        assert_eq!(g.specs, vec![KvCacheGroupSpec::sliding_window(512)]);
     }
 
     #[test]
