@@ -337,24 +337,25 @@ fn float32_outputs_equal_transformers() {
     eprintln!("float32 vs transformers: max |Δlogprob| = {worst}");
 }
 
-/// On the quantized file itself, teacher-forced over 1,536 tokens (three
-/// windows), sluice's top token agrees with the float32 model's about as
-/// often as llama.cpp's does on the same file. Measured: sluice 0.9616,
-/// llama.cpp 0.9740 with its defaults (flash attention, f16 KV cache) and
-/// 0.9674-0.9707 with other attention settings; every disagreement of
-/// either is at a float32 top-1 / top-2 margin below 0.42, and the two
-/// agree with each other at 0.96, so each quantizes activations with its
-/// own rounding noise. sluice is not yet at llama.cpp's figure: the bound
-/// is llama.cpp's less 0.02, so a regression (a wrong kernel, a lost
-/// window) fails while the gap stays visible in the output.
+/// On the quantized file itself, teacher-forced over five texts of 1,536
+/// tokens (three windows each), sluice's top token agrees with the float32
+/// model's as often as llama.cpp's does on the same file and texts (its defaults: flash attention, f16 KV cache). Both quantize
+/// activations with the same partners (Q8_0 / Q8_K, whose matmuls agree
+/// with ggml's to float rounding); they differ where llama.cpp rounds to
+/// f16 (KV cache, attention, GELU), and llama.cpp's disagreements are all
+/// at float32 top-1 / top-2 margins below 0.63, so which near-ties each
+/// gets wrong is rounding luck: one text alone swings the share by
+/// ±0.01. The criterion is therefore paired over all 7,680 positions:
+/// with `a` the positions only sluice gets right and `b` those only
+/// llama.cpp gets right, sluice is worse only if `b − a` exceeds twice its
+/// standard error `√(a + b)` (McNemar's test, one-sided at about 2 %).
+/// Measured: sluice 7,417, llama.cpp 7,419 (0.9658 / 0.9660; a = 150,
+/// b = 152), so sluice losing about 35 more positions fails.
 #[test]
-fn quantized_top_tokens_agree_with_float32_about_as_often_as_llama_cpps() {
+fn quantized_top_tokens_agree_with_float32_as_often_as_llama_cpps() {
     let reference = reference();
     check_file(&reference);
-    let t = &reference["teacher_forced"];
-    let prompt = ids(&t["input_ids"]);
-    let want = ids(&t["f32_argmax"]);
-    let llama_cpp_same = t["llama_cpp_same_top"]
+    let llama_cpp_same = reference["llama_cpp_same_top"]
         .as_f64()
         .expect("llama.cpp's figure");
     let loaded = load(DType::Auto);
@@ -363,33 +364,68 @@ fn quantized_top_tokens_agree_with_float32_about_as_often_as_llama_cpps() {
         GroupingPolicy::default(),
         config(16, 600, 2048, 512),
     );
-    let params = SamplingParams {
-        prompt_logprobs: Some(1),
-        ignore_eos: true,
-        ..SamplingParams::greedy(1)
-    };
-    d.sched
-        .add_request(NewRequest::new("t", prompt.clone(), params))
-        .unwrap();
-    let mut top = Vec::new();
-    let mut last = None;
-    while d.sched.has_unfinished_requests() {
-        let so = d.sched.schedule();
-        let out = d.runner.execute(&so).unwrap();
-        for p in &out.prompt_logprobs {
-            top.extend(p.positions.iter().map(|s| s.top[0].token_id));
+    let (mut same, mut llama_total, mut total) = (0usize, 0usize, 0usize);
+    let (mut only_sluice, mut only_llama) = (0usize, 0usize);
+    for segment in reference["teacher_forced"].as_array().expect("segments") {
+        let prompt = ids(&segment["input_ids"]);
+        let want = ids(&segment["f32_argmax"]);
+        let params = SamplingParams {
+            prompt_logprobs: Some(1),
+            ignore_eos: true,
+            ..SamplingParams::greedy(1)
+        };
+        d.sched
+            .add_request(NewRequest::new("t", prompt.clone(), params))
+            .unwrap();
+        let mut top = Vec::new();
+        let mut last = None;
+        while d.sched.has_unfinished_requests() {
+            let so = d.sched.schedule();
+            let out = d.runner.execute(&so).unwrap();
+            for p in &out.prompt_logprobs {
+                top.extend(p.positions.iter().map(|s| s.top[0].token_id));
+            }
+            for u in d.sched.update_from_output(&so, &out) {
+                last = u.new_token_ids.first().copied().or(last);
+            }
         }
-        for u in d.sched.update_from_output(&so, &out) {
-            last = u.new_token_ids.first().copied().or(last);
+        // Positions 0 .. n-2 from the prompt logprobs, n-1 the sampled token.
+        top.push(last.unwrap());
+        assert_eq!(top.len(), want.len());
+        let llama = ids(&segment["llama_cpp_argmax"]);
+        assert_eq!(llama.len(), want.len());
+        let (mut here, mut llama_here) = (0, 0);
+        for ((s, l), w) in top.iter().zip(&llama).zip(&want) {
+            here += usize::from(s == w);
+            llama_here += usize::from(l == w);
+            only_sluice += usize::from(s == w && l != w);
+            only_llama += usize::from(l == w && s != w);
         }
+        eprintln!(
+            "{}: top token = float32's at {here} / {} positions, llama.cpp {llama_here}",
+            segment["text"],
+            want.len()
+        );
+        same += here;
+        llama_total += llama_here;
+        total += want.len();
     }
-    // Positions 0 .. n-2 from the prompt logprobs, n-1 the sampled token.
-    top.push(last.unwrap());
-    assert_eq!(top.len(), want.len());
-    let same = top.iter().zip(&want).filter(|(a, b)| a == b).count() as f64 / want.len() as f64;
-    eprintln!("top token = float32's: sluice {same:.4}, llama.cpp {llama_cpp_same:.4}");
+    let measured = llama_total as f64 / total as f64;
     assert!(
-        same >= llama_cpp_same - 0.02,
-        "sluice agrees with float32 at {same:.4} of positions, llama.cpp at {llama_cpp_same:.4}"
+        (measured - llama_cpp_same).abs() < 1e-9,
+        "the recorded llama.cpp share {llama_cpp_same} is not its ids' {measured}"
+    );
+    let same = same as f64 / total as f64;
+    eprintln!(
+        "top token = float32's: sluice {same:.4}, llama.cpp {llama_cpp_same:.4}; \
+         only sluice right at {only_sluice}, only llama.cpp at {only_llama}"
+    );
+    let excess = only_llama as f64 - only_sluice as f64;
+    let bound = 2.0 * ((only_llama + only_sluice) as f64).sqrt();
+    assert!(
+        excess <= bound,
+        "sluice agrees with float32 at {same:.4} of positions, llama.cpp at {llama_cpp_same:.4}: \
+         llama.cpp alone is right at {only_llama} positions, sluice alone at {only_sluice} \
+         (more than 2 standard errors apart)"
     );
 }
