@@ -27,7 +27,7 @@ use sluice_engine::{
     ShutdownMode, Tokenizer,
 };
 use sluice_model::{DType, KvCacheSize, LoadFormat, ModelExecutor, ModelSpec};
-use sluice_structured::Constraint;
+use sluice_structured::{Constraint, JsonFormat};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -98,7 +98,7 @@ fn schemas() -> Vec<(String, serde_json::Value)> {
 fn constraint(schema: &serde_json::Value) -> Constraint {
     Constraint::Json {
         schema: schema.clone(),
-        whitespace_pattern: Some("[ ]?".into()),
+        format: JsonFormat::pattern("[ ]?"),
     }
 }
 

@@ -13,7 +13,7 @@ use clap::Args;
 use serde_json::json;
 use sluice_core::SamplingParams;
 use sluice_engine::{EngineError, GenerateRequest, RequestStream, ShutdownMode};
-use sluice_structured::Constraint;
+use sluice_structured::{Constraint, JsonFormat};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -66,7 +66,8 @@ pub struct GenerateArgs {
     #[arg(long, value_name = "FILE", group = "constraint")]
     pub json_schema: Option<PathBuf>,
     /// With --json-schema: the whitespace allowed between JSON tokens, as a
-    /// regex (default: any run of spaces, tabs and newlines).
+    /// regex (default: one space, or up to two newlines and 20 spaces or
+    /// tabs of indentation, as llama.cpp).
     #[arg(long, value_name = "RE", requires = "json_schema")]
     pub whitespace_pattern: Option<String>,
     /// Structured output: every completion matches this regex.
@@ -383,7 +384,10 @@ fn constraint(args: &GenerateArgs) -> Result<Option<Constraint>> {
             .map_err(|e| bad_config(format!("--json-schema {}: not JSON: {e}", path.display())))?;
         return Ok(Some(Constraint::Json {
             schema,
-            whitespace_pattern: args.whitespace_pattern.clone(),
+            format: args
+                .whitespace_pattern
+                .clone()
+                .map_or_else(JsonFormat::default, JsonFormat::pattern),
         }));
     }
     if let Some(re) = &args.regex {

@@ -149,6 +149,13 @@ pub struct ServeArgs {
     /// `<tool_call>{...}</tool_call>`), llama3_json (Llama 3.1+), mistral.
     #[arg(long, value_name = "NAME")]
     tool_call_parser: Option<String>,
+    /// JSON constraints' defaults, as a JSON object: vLLM's
+    /// `disable_any_whitespace`, `disable_additional_properties`, `backend`
+    /// (auto / guidance), and `whitespace` ("bounded": one space, or up to
+    /// two newlines and 20 spaces of indentation, as llama.cpp; "any") or
+    /// `whitespace_pattern` (a regex). A request's own fields win.
+    #[arg(long, value_name = "JSON")]
+    structured_outputs_config: Option<String>,
     /// Most stop strings one request may give (400 beyond). 4 is vLLM's
     /// VLLM_MAX_STOP_STRINGS default and OpenAI's limit.
     #[arg(long, value_name = "N", default_value_t = 4)]
@@ -395,6 +402,10 @@ fn server_config(
         }
         (None, false) => None,
     };
+    if let Some(text) = &args.structured_outputs_config {
+        config.json_format = sluice_server::structured::parse_structured_outputs_config(text)
+            .map_err(|e| bad_config(format!("--structured-outputs-config: {e}")))?;
+    }
     config.api_keys = api_keys(args);
     config.cors = cors;
     config.tls = tls;

@@ -142,6 +142,18 @@ fn configuration_errors_exit_2_naming_the_flag_and_the_path() {
         ),
         (vec!["serve", "--block-size", "0"], vec!["--block-size"]),
         (
+            vec![
+                "serve",
+                "--structured-outputs-config",
+                r#"{"backend": "xgrammar"}"#,
+            ],
+            vec!["--structured-outputs-config", "backend", "llguidance"],
+        ),
+        (
+            vec!["serve", "--structured-outputs-config", "{"],
+            vec!["--structured-outputs-config", "not JSON"],
+        ),
+        (
             vec!["serve", "--scheduling-policy", "random"],
             vec!["--scheduling-policy"],
         ),

@@ -8,7 +8,7 @@ mod common;
 
 use common::*;
 use sluice_engine::{FinishReason, SamplingParams};
-use sluice_structured::Constraint;
+use sluice_structured::{Constraint, JsonFormat};
 
 fn choice(options: &[&str]) -> Constraint {
     Constraint::Choice(options.iter().map(|s| s.to_string()).collect())
@@ -52,7 +52,7 @@ async fn a_json_schema_gives_json_that_validates() {
     let engine = start(config(scheduler_config()), 64, say("I think so!"));
     let req = request("Q?", params(64)).with_constraint(Constraint::Json {
         schema,
-        whitespace_pattern: Some(String::new()),
+        format: JsonFormat::pattern(String::new()),
     });
     let out = collect(engine.generate(req).unwrap()).await;
     let v: serde_json::Value = serde_json::from_str(&out[0].text)

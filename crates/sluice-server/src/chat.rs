@@ -26,7 +26,7 @@ use axum::Extension;
 use futures::StreamExt;
 use serde_json::{Map, Value};
 use sluice_engine::Usage;
-use sluice_structured::Constraint;
+use sluice_structured::{Constraint, JsonFormat};
 use std::collections::HashMap;
 
 /// The messages as plain role/content pairs (only text content parts).
@@ -213,7 +213,7 @@ pub(crate) async fn prepare(state: &AppState, body: &Bytes) -> Result<Prepared, 
     // Tool calling: a forced choice is a grammar (vLLM's JSON-schema path);
     // auto is parsed from the text by the server's tool parser.
     let has_tools = tool_config.tools.as_ref().is_some_and(|t| !t.is_empty());
-    let mut structured = crate::structured::from_body(&raw)?;
+    let mut structured = crate::structured::from_body(&raw, &state.inner.json_format)?;
     let mode = match (&tool_config.choice, has_tools) {
         (ToolChoice::Required | ToolChoice::Named(_), true) => {
             if let Some(schema) = tool_config.forced_schema()? {
@@ -223,9 +223,14 @@ pub(crate) async fn prepare(state: &AppState, body: &Bytes) -> Result<Prepared, 
                     );
                 }
                 structured = Some(crate::structured::Requested {
+                    // The server's whitespace; strict tools' parameters
+                    // are closed in the schema itself.
                     constraint: Constraint::Json {
                         schema,
-                        whitespace_pattern: None,
+                        format: JsonFormat {
+                            strict: false,
+                            ..state.inner.json_format.clone()
+                        },
                     },
                     field: "tools",
                 });

@@ -93,7 +93,7 @@ pub async fn prepare(state: &AppState, body: &Bytes) -> Result<Prepared, ApiErro
     }
     check_sequences(state, prompts.len(), sp.n)?;
     let body_map: serde_json::Map<String, serde_json::Value> = crate::json::parse(body)?;
-    let structured = crate::structured::from_body(&body_map)?;
+    let structured = crate::structured::from_body(&body_map, &state.inner.json_format)?;
     if let Some(r) = &structured {
         crate::structured::check(state.engine(), r).await?;
     }

@@ -101,6 +101,9 @@ pub struct ServerConfig {
     pub access_log: bool,
     /// Write the stats line this often (`stats_log.rs`); `None`: never.
     pub log_stats_interval: Option<Duration>,
+    /// JSON constraints' whitespace and strictness where a request does
+    /// not say (`--structured-outputs-config`).
+    pub json_format: sluice_structured::JsonFormat,
 }
 
 impl ServerConfig {
@@ -123,6 +126,7 @@ impl ServerConfig {
             log_requests: false,
             access_log: false,
             log_stats_interval: None,
+            json_format: sluice_structured::JsonFormat::default(),
         }
     }
 }

@@ -26,6 +26,8 @@ pub struct Inner {
     pub client_id_header: axum::http::HeaderName,
     /// Log each request as it arrives (`--enable-log-requests`).
     pub log_requests: bool,
+    /// JSON constraints' defaults (`ServerConfig::json_format`).
+    pub json_format: sluice_structured::JsonFormat,
     next_id: AtomicU64,
 }
 
@@ -47,6 +49,7 @@ impl AppState {
                 started: unix_now(),
                 client_id_header: config.client_id_header.clone(),
                 log_requests: config.log_requests,
+                json_format: config.json_format.clone(),
                 next_id: AtomicU64::new(0),
             }),
         }

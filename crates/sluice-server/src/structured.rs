@@ -16,7 +16,7 @@
 use crate::error::ApiError;
 use crate::json::type_error;
 use serde_json::{Map, Value};
-use sluice_structured::Constraint;
+use sluice_structured::{Constraint, JsonFormat, Whitespace};
 
 /// A request's constraint and the field it came from (for errors).
 #[derive(Clone, Debug)]
@@ -34,6 +34,10 @@ struct Kinds {
     grammar: Option<(String, &'static str)>,
     json_object: Option<&'static str>,
     whitespace_pattern: Option<String>,
+    /// vLLM's per-request `disable_any_whitespace` /
+    /// `disable_additional_properties` (`structured_outputs` only).
+    disable_any_whitespace: Option<bool>,
+    disable_additional_properties: Option<bool>,
 }
 
 fn string(v: &Value, field: &str) -> Result<String, ApiError> {
@@ -168,6 +172,22 @@ impl Kinds {
         if let Some(v) = get("whitespace_pattern") {
             self.whitespace_pattern = Some(string(v, name("whitespace_pattern"))?);
         }
+        if prefix == "structured_outputs" {
+            for (key, slot) in [
+                ("disable_any_whitespace", &mut self.disable_any_whitespace),
+                (
+                    "disable_additional_properties",
+                    &mut self.disable_additional_properties,
+                ),
+            ] {
+                if let Some(v) = get(key) {
+                    let b = v.as_bool().ok_or_else(|| {
+                        type_error(&format!("structured_outputs.{key}"), "a boolean", v)
+                    })?;
+                    *slot = Some(b);
+                }
+            }
+        }
         if get("structural_tag").is_some() {
             return Err(ApiError::invalid(
                 "structured_outputs.structural_tag",
@@ -178,8 +198,77 @@ impl Kinds {
     }
 }
 
-/// The constraint a request asks for, if any.
-pub fn from_body(body: &Map<String, Value>) -> Result<Option<Requested>, ApiError> {
+/// `--structured-outputs-config`: a JSON object with vLLM's keys
+/// `disable_any_whitespace` and `disable_additional_properties` (booleans),
+/// `backend` (`auto` or `guidance`: sluice compiles with llguidance), and
+/// sluice's `whitespace` (`bounded`, llama.cpp's rule and the default, or
+/// `any`) and `whitespace_pattern` (a regex). Errors name the key.
+pub fn parse_structured_outputs_config(text: &str) -> Result<JsonFormat, String> {
+    let v: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    let Value::Object(o) = v else {
+        return Err("must be a JSON object".into());
+    };
+    let mut format = JsonFormat::default();
+    let flag = |key: &str, v: &Value| {
+        v.as_bool()
+            .ok_or_else(|| format!("{key}: expected a boolean, got {v}"))
+    };
+    let (mut compact, mut pattern, mut any) = (false, None, false);
+    for (key, v) in &o {
+        match key.as_str() {
+            "disable_any_whitespace" => compact = flag(key, v)?,
+            "disable_additional_properties" => format.strict = flag(key, v)?,
+            "backend" => match v.as_str() {
+                Some("auto" | "guidance") => {}
+                _ => {
+                    return Err(format!(
+                        "backend: sluice compiles constraints with llguidance (vLLM's \
+                         \"guidance\"); expected \"auto\" or \"guidance\", got {v}"
+                    ))
+                }
+            },
+            "whitespace" => match v.as_str() {
+                Some("bounded") => any = false,
+                Some("any") => any = true,
+                _ => {
+                    return Err(format!(
+                        "whitespace: expected \"bounded\" or \"any\", got {v}"
+                    ))
+                }
+            },
+            "whitespace_pattern" => {
+                pattern = Some(
+                    v.as_str()
+                        .ok_or_else(|| format!("whitespace_pattern: expected a string, got {v}"))?
+                        .to_string(),
+                )
+            }
+            other => {
+                return Err(format!(
+                    "unknown key {other:?} (known: backend, disable_any_whitespace, \
+                     disable_additional_properties, whitespace, whitespace_pattern)"
+                ))
+            }
+        }
+    }
+    format.whitespace = match (pattern, compact, any) {
+        (Some(p), _, _) => Whitespace::Pattern(p),
+        (None, true, _) => Whitespace::Compact,
+        (None, false, true) => Whitespace::Any,
+        (None, false, false) => Whitespace::Bounded,
+    };
+    Ok(format)
+}
+
+/// The constraint a request asks for, if any. `defaults` is the server's
+/// JSON format (`--structured-outputs-config`); the request's
+/// `whitespace_pattern`, `disable_any_whitespace`,
+/// `disable_additional_properties` and `response_format.json_schema.strict`
+/// refine it.
+pub fn from_body(
+    body: &Map<String, Value>,
+    defaults: &JsonFormat,
+) -> Result<Option<Requested>, ApiError> {
     let mut k = Kinds::default();
     // The older top-level fields first, so the newer ones win a tie of kind.
     let mut legacy = Map::new();
@@ -216,6 +305,7 @@ pub fn from_body(body: &Map<String, Value>) -> Result<Option<Requested>, ApiErro
     if so.count() > 0 || so.whitespace_pattern.is_some() {
         k = so;
     }
+    let mut strict = false;
     // response_format replaces the same kind of structured_outputs.
     match body.get("response_format") {
         None | Some(Value::Null) => {}
@@ -255,6 +345,17 @@ pub fn from_body(body: &Map<String, Value>) -> Result<Option<Requested>, ApiErro
                             "response_format.json_schema needs a schema",
                         ));
                     };
+                    strict = match js.get("strict") {
+                        None | Some(Value::Null) => false,
+                        Some(Value::Bool(b)) => *b,
+                        Some(v) => {
+                            return Err(type_error(
+                                "response_format.json_schema.strict",
+                                "a boolean",
+                                v,
+                            ))
+                        }
+                    };
                     k.json_object = None;
                     k.json = Some((
                         schema(s, "response_format.json_schema.schema")?,
@@ -280,20 +381,22 @@ pub fn from_body(body: &Map<String, Value>) -> Result<Option<Requested>, ApiErro
     if k.count() > 1 {
         return Err(multiple());
     }
-    let ws = k.whitespace_pattern.clone();
+    let format = JsonFormat {
+        whitespace: match (&k.whitespace_pattern, k.disable_any_whitespace) {
+            (Some(p), _) => Whitespace::Pattern(p.clone()),
+            (None, Some(true)) => Whitespace::Compact,
+            (None, _) => defaults.whitespace.clone(),
+        },
+        strict: strict || k.disable_additional_properties.unwrap_or(defaults.strict),
+    };
     Ok(if let Some((schema, field)) = k.json {
         Some(Requested {
-            constraint: Constraint::Json {
-                schema,
-                whitespace_pattern: ws,
-            },
+            constraint: Constraint::Json { schema, format },
             field,
         })
     } else if let Some(field) = k.json_object {
         Some(Requested {
-            constraint: Constraint::JsonObject {
-                whitespace_pattern: ws,
-            },
+            constraint: Constraint::JsonObject { format },
             field,
         })
     } else if let Some((re, field)) = k.regex {
@@ -342,7 +445,104 @@ mod tests {
     use serde_json::json;
 
     fn parse(v: Value) -> Result<Option<Requested>, ApiError> {
-        from_body(v.as_object().unwrap())
+        from_body(v.as_object().unwrap(), &JsonFormat::default())
+    }
+
+    fn format(whitespace: Whitespace, strict: bool) -> JsonFormat {
+        JsonFormat { whitespace, strict }
+    }
+
+    #[test]
+    fn server_config_reads_vllms_keys_and_names_bad_ones() {
+        let p = parse_structured_outputs_config;
+        assert_eq!(p("{}").unwrap(), JsonFormat::default());
+        assert_eq!(
+            p(r#"{"disable_any_whitespace": true, "disable_additional_properties": true, "backend": "guidance"}"#)
+                .unwrap(),
+            format(Whitespace::Compact, true)
+        );
+        assert_eq!(
+            p(r#"{"whitespace": "any"}"#).unwrap(),
+            format(Whitespace::Any, false)
+        );
+        assert_eq!(
+            p(r#"{"whitespace_pattern": "[ ]?", "whitespace": "any"}"#).unwrap(),
+            format(Whitespace::Pattern("[ ]?".into()), false)
+        );
+        for (bad, needle) in [
+            ("[]", "object"),
+            ("{", "not JSON"),
+            (r#"{"backend": "xgrammar"}"#, "backend"),
+            (r#"{"whitespace": "lots"}"#, "whitespace"),
+            (
+                r#"{"disable_any_whitespace": "yes"}"#,
+                "disable_any_whitespace",
+            ),
+            (r#"{"reasoning": 1}"#, "\"reasoning\""),
+        ] {
+            let e = p(bad).unwrap_err();
+            assert!(e.contains(needle), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn whitespace_and_strictness_follow_the_request_then_the_server() {
+        let json_of =
+            |v: Value, defaults: &JsonFormat| match from_body(v.as_object().unwrap(), defaults)
+                .unwrap()
+                .unwrap()
+                .constraint
+            {
+                Constraint::Json { format, .. } | Constraint::JsonObject { format } => format,
+                c => panic!("{c:?}"),
+            };
+        let any = format(Whitespace::Any, true);
+        let rf = |strict: Value| {
+            json!({"response_format": {"type": "json_schema",
+                "json_schema": {"name": "x", "schema": {"type": "object"}, "strict": strict}}})
+        };
+        let dflt = JsonFormat::default();
+        assert_eq!(
+            json_of(rf(json!(true)), &dflt),
+            format(Whitespace::Bounded, true)
+        );
+        assert_eq!(
+            json_of(rf(json!(false)), &dflt),
+            format(Whitespace::Bounded, false)
+        );
+        assert_eq!(json_of(rf(Value::Null), &any), any);
+        let so = |extra: Value| {
+            let mut o = json!({"json": {"type": "object"}});
+            o.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            json!({ "structured_outputs": o })
+        };
+        assert_eq!(
+            json_of(so(json!({"disable_any_whitespace": true})), &any),
+            format(Whitespace::Compact, true)
+        );
+        assert_eq!(
+            json_of(so(json!({"disable_additional_properties": false})), &any),
+            format(Whitespace::Any, false)
+        );
+        assert_eq!(
+            json_of(
+                so(json!({"disable_any_whitespace": true, "whitespace_pattern": " "})),
+                &dflt
+            ),
+            format(Whitespace::Pattern(" ".into()), false)
+        );
+        let e = parse(so(json!({"disable_any_whitespace": 1}))).unwrap_err();
+        assert_eq!(
+            e.param.as_deref(),
+            Some("structured_outputs.disable_any_whitespace")
+        );
+        let e = parse(rf(json!("yes"))).unwrap_err();
+        assert_eq!(
+            e.param.as_deref(),
+            Some("response_format.json_schema.strict")
+        );
     }
 
     #[test]
@@ -359,7 +559,7 @@ mod tests {
             r.constraint,
             Constraint::Json {
                 schema: json!({"type": "integer"}),
-                whitespace_pattern: None
+                format: format(Whitespace::Bounded, true)
             }
         );
         let r = parse(json!({"structured_outputs": {"regex": "a+", "whitespace_pattern": " "}}))
@@ -384,7 +584,7 @@ mod tests {
             r.constraint,
             Constraint::Json {
                 schema: json!({"type": "object"}),
-                whitespace_pattern: Some("[ ]?".into())
+                format: JsonFormat::pattern("[ ]?")
             }
         );
         assert!(parse(json!({"response_format": {"type": "text"}}))
@@ -403,7 +603,7 @@ mod tests {
             r.constraint,
             Constraint::Json {
                 schema: json!({"type": "integer"}),
-                whitespace_pattern: None
+                format: JsonFormat::default()
             }
         );
     }

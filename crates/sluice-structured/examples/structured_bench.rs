@@ -14,7 +14,9 @@
 mod gguf_common;
 
 use serde_json::json;
-use sluice_structured::{CompiledGrammar, Constraint, GrammarCompiler, StructuredVocab};
+use sluice_structured::{
+    CompiledGrammar, Constraint, GrammarCompiler, JsonFormat, StructuredVocab,
+};
 use sluice_tokenizer::Tokenizer;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -42,7 +44,7 @@ fn schema() -> Constraint {
             },
             "required": ["name", "age", "tags", "address", "scores"]
         }),
-        whitespace_pattern: Some("[ ]?".into()),
+        format: JsonFormat::pattern("[ ]?"),
     }
 }
 
@@ -141,7 +143,7 @@ fn bench(name: &str, tok: Tokenizer, logits: usize) {
         (
             "json_object",
             Constraint::JsonObject {
-                whitespace_pattern: None,
+                format: JsonFormat::default(),
             },
         ),
         (
@@ -201,7 +203,7 @@ fn bench(name: &str, tok: Tokenizer, logits: usize) {
     );
     let g = c
         .compile(&Constraint::JsonObject {
-            whitespace_pattern: None,
+            format: JsonFormat::default(),
         })
         .unwrap();
     summary(

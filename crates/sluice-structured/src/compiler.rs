@@ -11,11 +11,11 @@
 
 use crate::matcher::GrammarMatcher;
 use crate::vocab::{StructuredVocab, VocabShared};
-use crate::{CompileError, Constraint};
+use crate::{CompileError, Constraint, JsonFormat};
 use anyhow::Result;
 use llguidance::api::TopLevelGrammar;
 use llguidance::{Matcher, ParserFactory};
-use serde_json::{json, Value};
+use serde_json::json;
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -272,44 +272,21 @@ fn compile_error(message: &str) -> CompileError {
 /// factory's).
 fn top_level_grammar(constraint: &Constraint) -> Result<TopLevelGrammar, CompileError> {
     Ok(match constraint {
-        Constraint::Json {
-            schema,
-            whitespace_pattern,
-        } => TopLevelGrammar::from_json_schema(with_whitespace(
-            schema.clone(),
-            whitespace_pattern.as_deref(),
-        )?),
-        Constraint::JsonObject { whitespace_pattern } => TopLevelGrammar::from_json_schema(
-            with_whitespace(json!({"type": "object"}), whitespace_pattern.as_deref())?,
+        Constraint::Json { schema, format } => {
+            TopLevelGrammar::from_json_schema(format.apply(schema.clone())?)
+        }
+        // Any object: `strict` has no properties to close it to.
+        Constraint::JsonObject { format } => TopLevelGrammar::from_json_schema(
+            JsonFormat {
+                strict: false,
+                ..format.clone()
+            }
+            .apply(json!({"type": "object"}))?,
         ),
         Constraint::Regex(rx) => TopLevelGrammar::from_regex(rx),
         Constraint::Choice(choices) => TopLevelGrammar::from_lark(choice_lark(choices)?),
         Constraint::Grammar(lark) => TopLevelGrammar::from_lark(lark.clone()),
     })
-}
-
-/// The schema with llguidance's `x-guidance` options carrying the whitespace
-/// regex (merged into any the client wrote).
-fn with_whitespace(mut schema: Value, pattern: Option<&str>) -> Result<Value, CompileError> {
-    let Some(pattern) = pattern else {
-        return Ok(schema);
-    };
-    // `true` is the schema of any value; `{}` says the same and has room
-    // for the options.
-    if schema == Value::Bool(true) {
-        schema = json!({});
-    }
-    let Value::Object(map) = &mut schema else {
-        return Err(CompileError::new(
-            "a whitespace pattern needs the JSON schema to be an object",
-        ));
-    };
-    let options = map.entry("x-guidance").or_insert_with(|| json!({}));
-    let Value::Object(options) = options else {
-        return Err(CompileError::new("x-guidance must be an object"));
-    };
-    options.insert("whitespace_pattern".into(), json!(pattern));
-    Ok(schema)
 }
 
 /// `start: "a" | "b"` with each choice a JSON string literal (Lark string
@@ -435,16 +412,6 @@ mod tests {
             r#"start: ("x")?"#
         );
         assert!(choice_lark(&[]).is_err());
-    }
-
-    #[test]
-    fn whitespace_goes_into_x_guidance() {
-        let s = with_whitespace(json!({"type": "object"}), Some(" ?")).unwrap();
-        assert_eq!(s["x-guidance"]["whitespace_pattern"], " ?");
-        let s = with_whitespace(json!(true), Some("")).unwrap();
-        assert_eq!(s["x-guidance"]["whitespace_pattern"], "");
-        assert!(with_whitespace(json!(false), Some("")).is_err());
-        assert_eq!(with_whitespace(json!(false), None).unwrap(), json!(false));
     }
 
     #[test]

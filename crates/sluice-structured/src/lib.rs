@@ -18,24 +18,25 @@
 //!   feeds back: a rejected token makes the matcher report `is_error()`.
 
 mod compiler;
+mod json_format;
 mod matcher;
 mod vocab;
 
 pub use compiler::{CompiledGrammar, GrammarCompiler, PendingGrammar};
+pub use json_format::{close_objects, JsonFormat, Whitespace};
 pub use matcher::GrammarMatcher;
 pub use vocab::StructuredVocab;
 
 /// One structured-output constraint of a request.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Constraint {
-    /// JSON matching a JSON schema; `whitespace_pattern` (a regex) replaces
-    /// the default flexible whitespace between JSON tokens.
+    /// JSON matching a JSON schema.
     Json {
         schema: serde_json::Value,
-        whitespace_pattern: Option<String>,
+        format: JsonFormat,
     },
     /// Any JSON object (OpenAI's `json_object`).
-    JsonObject { whitespace_pattern: Option<String> },
+    JsonObject { format: JsonFormat },
     /// The whole output matches this regex (Rust regex syntax as
     /// llguidance/derivre accepts).
     Regex(String),
@@ -65,13 +66,10 @@ impl Constraint {
     pub fn cache_key(&self) -> String {
         use serde_json::json;
         let v = match self {
-            Constraint::Json {
-                schema,
-                whitespace_pattern,
-            } => json!(["json", whitespace_pattern, schema]),
-            Constraint::JsonObject { whitespace_pattern } => {
-                json!(["json_object", whitespace_pattern])
+            Constraint::Json { schema, format } => {
+                json!(["json", format.cache_key(), schema])
             }
+            Constraint::JsonObject { format } => json!(["json_object", format.cache_key()]),
             Constraint::Regex(rx) => json!(["regex", rx]),
             Constraint::Choice(choices) => json!(["choice", choices]),
             Constraint::Grammar(lark) => json!(["grammar", lark]),
@@ -105,14 +103,38 @@ mod tests {
         let all = [
             Constraint::Json {
                 schema: json!({"type": "string"}),
-                whitespace_pattern: None,
+                format: JsonFormat::default(),
             },
             Constraint::Json {
                 schema: json!({"type": "string"}),
-                whitespace_pattern: Some(" ?".into()),
+                format: JsonFormat {
+                    whitespace: Whitespace::Pattern(" ?".into()),
+                    strict: false,
+                },
+            },
+            Constraint::Json {
+                schema: json!({"type": "string"}),
+                format: JsonFormat {
+                    whitespace: Whitespace::Any,
+                    strict: false,
+                },
+            },
+            Constraint::Json {
+                schema: json!({"type": "string"}),
+                format: JsonFormat {
+                    whitespace: Whitespace::Compact,
+                    strict: false,
+                },
+            },
+            Constraint::Json {
+                schema: json!({"type": "string"}),
+                format: JsonFormat {
+                    whitespace: Whitespace::Bounded,
+                    strict: true,
+                },
             },
             Constraint::JsonObject {
-                whitespace_pattern: None,
+                format: JsonFormat::default(),
             },
             Constraint::Regex("a|b".into()),
             Constraint::Choice(vec!["a|b".into()]),
@@ -123,6 +145,9 @@ mod tests {
         assert_eq!(
             kinds,
             [
+                "json",
+                "json",
+                "json",
                 "json",
                 "json",
                 "json_object",
@@ -137,11 +162,11 @@ mod tests {
         // Key order is part of the key: it orders the output's properties.
         let a = Constraint::Json {
             schema: json!({"properties": {"x": {}, "y": {}}}),
-            whitespace_pattern: None,
+            format: JsonFormat::default(),
         };
         let b = Constraint::Json {
             schema: json!({"properties": {"y": {}, "x": {}}}),
-            whitespace_pattern: None,
+            format: JsonFormat::default(),
         };
         assert_ne!(a.cache_key(), b.cache_key());
         assert_eq!(a.cache_key(), a.clone().cache_key());

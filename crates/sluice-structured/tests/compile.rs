@@ -8,8 +8,8 @@ mod common;
 use common::*;
 use serde_json::json;
 use sluice_structured::{
-    CompileError, CompiledGrammar, Constraint, GrammarCompiler, GrammarMatcher, PendingGrammar,
-    StructuredVocab,
+    CompileError, CompiledGrammar, Constraint, GrammarCompiler, GrammarMatcher, JsonFormat,
+    PendingGrammar, StructuredVocab,
 };
 use std::sync::Arc;
 
@@ -50,13 +50,13 @@ fn compile_errors_carry_a_useful_message() {
         (
             Constraint::Json {
                 schema: json!(false),
-                whitespace_pattern: Some(" ".into()),
+                format: JsonFormat::pattern(" "),
             },
-            "object",
+            "false",
         ),
         (
             Constraint::JsonObject {
-                whitespace_pattern: Some("(".into()),
+                format: JsonFormat::pattern("("),
             },
             "",
         ),

@@ -8,7 +8,7 @@ mod common;
 
 use common::*;
 use serde_json::{json, Value};
-use sluice_structured::{CompiledGrammar, Constraint, StructuredVocab};
+use sluice_structured::{CompiledGrammar, Constraint, JsonFormat, StructuredVocab};
 
 fn schema() -> Value {
     json!({
@@ -104,6 +104,9 @@ fn check_value(v: &Value, text: &str) {
 enum Pick {
     Random,
     Longest,
+    /// A token of whitespace alone whenever one is allowed (a model that
+    /// has started a run of newlines and keeps going).
+    Whitespace,
 }
 
 /// Walks until the grammar is complete (then takes a stop id), taking a
@@ -125,7 +128,21 @@ fn walk(vocab: &StructuredVocab, g: &CompiledGrammar, rng: &mut Rng, pick: &Pick
             .copied()
             .filter(|&t| !vocab.trie_bytes(t).iter().any(u8::is_ascii_whitespace))
             .collect();
-        let pool = if plain.is_empty() { &words } else { &plain };
+        let blank: Vec<u32> = words
+            .iter()
+            .copied()
+            .filter(|&t| {
+                let b = vocab.trie_bytes(t);
+                !b.is_empty() && b.iter().all(u8::is_ascii_whitespace)
+            })
+            .collect();
+        let pool = if matches!(pick, Pick::Whitespace) && !blank.is_empty() {
+            &blank
+        } else if plain.is_empty() {
+            &words
+        } else {
+            &plain
+        };
         if pool.is_empty() || !stops.is_empty() && rng.below(3) == 0 {
             assert!(
                 !stops.is_empty(),
@@ -136,7 +153,7 @@ fn walk(vocab: &StructuredVocab, g: &CompiledGrammar, rng: &mut Rng, pick: &Pick
             return String::from_utf8(text).unwrap();
         }
         let tok = match pick {
-            Pick::Random => pool[rng.below(pool.len())],
+            Pick::Random | Pick::Whitespace => pool[rng.below(pool.len())],
             Pick::Longest => {
                 let best = pool
                     .iter()
@@ -160,28 +177,73 @@ fn walk(vocab: &StructuredVocab, g: &CompiledGrammar, rng: &mut Rng, pick: &Pick
     );
 }
 
+/// The runs of whitespace between JSON tokens (outside strings).
+fn whitespace_runs(text: &str) -> Vec<String> {
+    let (mut in_string, mut escaped) = (false, false);
+    let (mut runs, mut run) = (Vec::new(), String::new());
+    for c in text.chars() {
+        if in_string {
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => in_string = false,
+                _ => {}
+            }
+        } else if c.is_ascii_whitespace() {
+            run.push(c);
+        } else {
+            runs.extend((!run.is_empty()).then(|| std::mem::take(&mut run)));
+            in_string = c == '"';
+        }
+    }
+    runs.extend((!run.is_empty()).then_some(run));
+    runs
+}
+
+/// Every run of whitespace between JSON tokens is one space, or one or two
+/// newlines and at most 20 spaces or tabs (llama.cpp's rule, the default).
+fn assert_bounded_whitespace(text: &str) {
+    for run in whitespace_runs(text) {
+        let newlines = run.chars().take_while(|&c| c == '\n').count();
+        let rest = &run[newlines..];
+        let ok = run == " "
+            || ((1..=2).contains(&newlines)
+                && rest.len() <= 20
+                && rest.chars().all(|c| c == ' ' || c == '\t'));
+        assert!(ok, "whitespace {run:?} in {text:?}");
+    }
+}
+
 fn run(vocab: &StructuredVocab, whitespace_pattern: Option<&str>, walks: usize, seed: u64) {
     let c = compiler(vocab);
     let g = c
         .compile(&Constraint::Json {
             schema: schema(),
-            whitespace_pattern: whitespace_pattern.map(str::to_string),
+            format: whitespace_pattern.map_or_else(JsonFormat::default, JsonFormat::pattern),
         })
         .unwrap();
     let mut rng = Rng(seed);
     for i in 0..walks {
-        let pick = if i % 3 == 2 {
-            Pick::Longest
-        } else {
-            Pick::Random
+        let pick = match i % 4 {
+            2 => Pick::Longest,
+            3 => Pick::Whitespace,
+            _ => Pick::Random,
         };
         let text = walk(vocab, &g, &mut rng, &pick);
         let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{text}: {e}"));
         check_value(&v, &text);
-        if let Some(p) = whitespace_pattern {
-            if p.is_empty() {
-                assert!(!text.bytes().any(|b| b.is_ascii_whitespace()), "{text}");
+        match whitespace_pattern {
+            Some("") => assert_eq!(whitespace_runs(&text), Vec::<String>::new(), "{text}"),
+            None => {
+                assert_bounded_whitespace(&text);
+                // The whitespace-first walk reaches the bound: the check above
+                // has runs to judge.
+                if matches!(pick, Pick::Whitespace) {
+                    let runs = whitespace_runs(&text);
+                    assert!(runs.iter().any(|r| r.len() > 3), "{text:?}");
+                }
             }
+            Some(_) => {}
         }
         if i < 3 {
             eprintln!("{text}");
@@ -206,7 +268,7 @@ fn json_object_walks_parse_as_objects() {
     let c = compiler(&vocab);
     let g = c
         .compile(&Constraint::JsonObject {
-            whitespace_pattern: Some("".into()),
+            format: JsonFormat::pattern(""),
         })
         .unwrap();
     let mut rng = Rng(4);

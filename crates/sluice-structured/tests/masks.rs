@@ -8,7 +8,7 @@ mod common;
 
 use common::*;
 use serde_json::json;
-use sluice_structured::{Constraint, StructuredVocab};
+use sluice_structured::{Constraint, JsonFormat, StructuredVocab};
 
 fn choice(items: &[&str]) -> Constraint {
     Constraint::Choice(items.iter().map(|s| s.to_string()).collect())
@@ -110,7 +110,7 @@ fn json_object_without_whitespace_matches_brute_force() {
             "required": ["a", "b"],
             "additionalProperties": false
         }),
-        whitespace_pattern: Some("".into()),
+        format: JsonFormat::pattern(""),
     };
     let mut lang = Vec::new();
     for a in ["x", "yz"] {

@@ -288,13 +288,15 @@ impl ToolConfig {
         };
         match &self.choice {
             ToolChoice::Named(name) => Ok(Some(params_or_empty_object(
-                self.tool(name).and_then(|t| t.parameters.as_ref()),
+                self.tool(name)
+                    .and_then(Tool::constrained_parameters)
+                    .as_ref(),
             ))),
             ToolChoice::Required => {
                 let mut defs = Map::new();
                 let mut any_of = Vec::new();
                 for t in tools {
-                    let mut params = t.parameters.clone();
+                    let mut params = t.constrained_parameters();
                     if let Some(Value::Object(p)) = params.as_mut() {
                         match p.remove("$defs") {
                             None => {}
@@ -402,6 +404,20 @@ fn py_type(v: &Value) -> &'static str {
 
 /// vLLM's `_params_or_empty_object`: missing or empty parameters still
 /// constrain the arguments to an object.
+impl Tool {
+    /// The parameters' schema as the output is held to it: with `strict`,
+    /// OpenAI's strict reading (no keys beyond an object's `properties`
+    /// unless it allows them).
+    fn constrained_parameters(&self) -> Option<Value> {
+        let p = self.parameters.clone()?;
+        Some(if self.strict == Some(true) {
+            sluice_structured::close_objects(p)
+        } else {
+            p
+        })
+    }
+}
+
 fn params_or_empty_object(p: Option<&Value>) -> Value {
     match p {
         Some(Value::Object(m)) if !m.is_empty() => Value::Object(m.clone()),
@@ -677,6 +693,30 @@ mod tests {
             .unwrap()
             .forced_schema()
             .unwrap()
+            .is_none());
+    }
+
+    #[test]
+    fn strict_tools_allow_no_other_keys() {
+        let mut strict = weather();
+        strict["function"]["strict"] = json!(true);
+        let named = json!({"type": "function", "function": {"name": "get_weather"}});
+        let c = cfg(json!({"tools": [strict.clone()], "tool_choice": named})).unwrap();
+        let s = c.forced_schema().unwrap().unwrap();
+        assert_eq!(s["additionalProperties"], false);
+        assert_eq!(
+            s["properties"],
+            weather()["function"]["parameters"]["properties"]
+        );
+        let c = cfg(json!({"tools": [strict, weather()], "tool_choice": "required"})).unwrap();
+        let s = c.forced_schema().unwrap().unwrap();
+        let branches = &s["items"]["anyOf"];
+        assert_eq!(
+            branches[0]["properties"]["parameters"]["additionalProperties"],
+            false
+        );
+        assert!(branches[1]["properties"]["parameters"]
+            .get("additionalProperties")
             .is_none());
     }
 

@@ -5,7 +5,7 @@
 #![allow(dead_code)]
 
 use sluice_structured::{
-    CompiledGrammar, Constraint, GrammarCompiler, GrammarMatcher, StructuredVocab,
+    CompiledGrammar, Constraint, GrammarCompiler, GrammarMatcher, JsonFormat, StructuredVocab,
 };
 use sluice_tokenizer::Tokenizer;
 use std::collections::HashSet;
@@ -205,6 +205,6 @@ pub fn sorted(ids: &[u32]) -> Vec<u32> {
 pub fn json(schema: serde_json::Value) -> Constraint {
     Constraint::Json {
         schema,
-        whitespace_pattern: None,
+        format: JsonFormat::default(),
     }
 }
