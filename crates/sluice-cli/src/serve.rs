@@ -149,6 +149,12 @@ pub struct ServeArgs {
     /// `<tool_call>{...}</tool_call>`), llama3_json (Llama 3.1+), mistral.
     #[arg(long, value_name = "NAME")]
     tool_call_parser: Option<String>,
+    /// Split the model's thinking from its answer: qwen3 (`<think>` ...
+    /// `</think>`, thinking unless `chat_template_kwargs.enable_thinking`
+    /// is false) or deepseek_r1. The thinking comes back in `reasoning`;
+    /// structured outputs hold for the answer.
+    #[arg(long, value_name = "NAME")]
+    reasoning_parser: Option<String>,
     /// JSON constraints' defaults, as a JSON object: vLLM's
     /// `disable_any_whitespace`, `disable_additional_properties`, `backend`
     /// (auto / guidance), and `whitespace` ("bounded": one space, or up to
@@ -402,6 +408,12 @@ fn server_config(
         }
         (None, false) => None,
     };
+    if let Some(name) = &args.reasoning_parser {
+        config.reasoning_parser = Some(
+            name.parse()
+                .map_err(|e| bad_config(format!("--reasoning-parser: {e}")))?,
+        );
+    }
     if let Some(text) = &args.structured_outputs_config {
         config.json_format = sluice_server::structured::parse_structured_outputs_config(text)
             .map_err(|e| bad_config(format!("--structured-outputs-config: {e}")))?;

@@ -150,6 +150,10 @@ fn configuration_errors_exit_2_naming_the_flag_and_the_path() {
             vec!["--structured-outputs-config", "backend", "llguidance"],
         ),
         (
+            vec!["serve", "--reasoning-parser", "r1"],
+            vec!["--reasoning-parser", "deepseek_r1"],
+        ),
+        (
             vec!["serve", "--structured-outputs-config", "{"],
             vec!["--structured-outputs-config", "not JSON"],
         ),

@@ -128,6 +128,8 @@ pub(crate) struct PendingRequest {
     pub buffered: Arc<AtomicUsize>,
     /// The structured-output grammar, compiling on the compiler's pool.
     pub grammar: Option<PendingGrammar>,
+    /// The grammar holds after these tokens (`GenerateRequest::structured_after`).
+    pub grammar_after: Option<Vec<TokenId>>,
 }
 
 /// Compiled grammars kept for reuse (most services send a few schemas
@@ -412,6 +414,7 @@ impl Engine {
             stops,
             buffered: buffered.clone(),
             grammar,
+            grammar_after: request.structured_after.filter(|t| !t.is_empty()),
         };
         if self
             .inner

@@ -27,6 +27,11 @@ pub struct GenerateRequest {
     /// (compiled off the engine thread; the request waits in the
     /// scheduler's grammar state meanwhile).
     pub structured: Option<sluice_structured::Constraint>,
+    /// The constraint holds only after the completion has generated this
+    /// token sequence (a reasoning parser's end of thinking, `</think>`:
+    /// vLLM applies the grammar to the answer, not the thinking). `None`:
+    /// from the first token.
+    pub structured_after: Option<Vec<TokenId>>,
     /// Who sent the request (a server's client key: a gateway header, the
     /// OpenAI `user`, or a label of the API key). Carried, not yet acted on.
     pub client_key: Option<String>,
@@ -41,6 +46,7 @@ impl GenerateRequest {
             priority: 0,
             cache_salt: None,
             structured: None,
+            structured_after: None,
             client_key: None,
         }
     }

@@ -156,3 +156,39 @@ async fn a_requests_stop_token_ends_it_where_the_grammar_can_end() {
         Some(sluice_engine::StopReason::Token(u32::from(b'!')))
     );
 }
+
+/// The bytes of `s` as the scripted model's token ids.
+fn ids(s: &str) -> Vec<u32> {
+    s.bytes().map(u32::from).collect()
+}
+
+#[tokio::test]
+async fn a_gated_grammar_holds_only_after_its_sequence() {
+    // The thinking before `</think>` is free; the answer after it is held
+    // to the choice, with the model's own preference where allowed.
+    let engine = start(config(scheduler_config()), 64, say("maybe?</think>no"));
+    let mut req = request("Q?", params(32)).with_constraint(choice(&["yes", "no"]));
+    req.structured_after = Some(ids("</think>"));
+    let out = collect(engine.generate(req).unwrap()).await;
+    assert_eq!(out[0].text, "maybe?</think>no");
+    assert_eq!(out[0].finished.as_ref().unwrap().reason, FinishReason::Stop);
+
+    // After the sequence the grammar decides, whatever the model prefers.
+    let engine = start(config(scheduler_config()), 64, say("hm</think>maybe"));
+    let mut req = request("Q?", params(32)).with_constraint(choice(&["yes", "no"]));
+    req.structured_after = Some(ids("</think>"));
+    let out = collect(engine.generate(req).unwrap()).await;
+    let answer = out[0].text.strip_prefix("hm</think>").unwrap();
+    assert!(answer == "yes" || answer == "no", "{:?}", out[0].text);
+
+    // Never reached: nothing is constrained (the model thinks to its limit).
+    let engine = start(config(scheduler_config()), 64, say("thinking on and on"));
+    let mut req = request("Q?", params(8)).with_constraint(choice(&["yes", "no"]));
+    req.structured_after = Some(ids("</think>"));
+    let out = collect(engine.generate(req).unwrap()).await;
+    assert_eq!(out[0].text, "thinking");
+    assert_eq!(
+        out[0].finished.as_ref().unwrap().reason,
+        FinishReason::Length
+    );
+}

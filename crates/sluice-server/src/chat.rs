@@ -5,12 +5,14 @@
 use crate::access_log::{self, AccessNote, Submitted};
 use crate::client::{client_key, ApiKeyClient};
 use crate::error::ApiError;
+use crate::json::type_error;
 use crate::logprobs;
 use crate::params::{self, DefaultMaxTokens, TokenFields};
 use crate::protocol::{
     ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest,
     ChatCompletionResponse, ChatDelta, ChatLogprobs, ChatMessage, ChatMessageOut, MessageContent,
 };
+use crate::reasoning::{ReasoningParserKind, ReasoningStream};
 use crate::sse;
 use crate::state::{unix_now, AppState};
 use crate::submit::{
@@ -178,6 +180,11 @@ pub(crate) struct Prepared {
     pub params: sluice_engine::SamplingParams,
     pub priority: i64,
     pub structured: Option<crate::structured::Requested>,
+    /// With a reasoning parser: the constraint holds after these tokens.
+    structured_after: Option<Vec<u32>>,
+    /// The reasoning parser and whether this request thinks.
+    reasoning: Option<(ReasoningParserKind, bool)>,
+    include_reasoning: bool,
     mode: ToolMode,
     tool_config: ToolConfig,
     want_logprobs: bool,
@@ -198,11 +205,22 @@ pub(crate) async fn prepare(state: &AppState, body: &Bytes) -> Result<Prepared, 
     let values = template_values(&raw, &flat)?;
     let tok = state.engine().tokenizer().clone();
     let template_tools = tool_config.template_tools();
+    let kwargs = match raw.get("chat_template_kwargs") {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(o)) => Some(o),
+        Some(v) => return Err(type_error("chat_template_kwargs", "an object", v)),
+    };
+    let include_reasoning = match raw.get("include_reasoning") {
+        None | Some(Value::Null) => true,
+        Some(Value::Bool(b)) => *b,
+        Some(v) => return Err(type_error("include_reasoning", "a boolean", v)),
+    };
     let prompt = tok
-        .apply_chat_template_with_tools(
+        .apply_chat_template_with_kwargs(
             &values,
             template_tools.as_ref(),
             req.add_generation_prompt.unwrap_or(true),
+            kwargs,
         )
         .map_err(|e| e.to_string())
         .and_then(|text| tok.encode(&text, false).map_err(|e| e.to_string()))
@@ -282,6 +300,14 @@ pub(crate) async fn prepare(state: &AppState, body: &Bytes) -> Result<Prepared, 
         crate::structured::check(state.engine(), r).await?;
     }
     let priority = req.sampling.priority.unwrap_or(0);
+    // Thinking first, then the answer: the constraint holds once thinking
+    // has ended (vLLM's structured outputs with a reasoning parser).
+    let thinking = crate::reasoning::thinking_enabled(raw.get("chat_template_kwargs"));
+    let reasoning = state.inner.reasoning.as_ref();
+    let structured_after = reasoning
+        .filter(|_| structured.is_some())
+        .and_then(|r| r.structured_after(&prompt, thinking));
+    let reasoning = reasoning.map(|r| (r.kind, thinking));
     Ok(Prepared {
         raw,
         req,
@@ -289,6 +315,9 @@ pub(crate) async fn prepare(state: &AppState, body: &Bytes) -> Result<Prepared, 
         params: sp,
         priority,
         structured,
+        structured_after,
+        reasoning,
+        include_reasoning,
         mode,
         tool_config,
         want_logprobs,
@@ -309,6 +338,9 @@ pub async fn chat_completions(
         params: sp,
         priority,
         structured,
+        structured_after,
+        reasoning,
+        include_reasoning,
         mode,
         tool_config,
         want_logprobs,
@@ -337,7 +369,10 @@ pub async fn chat_completions(
         vec![prompt],
         &sp,
         priority,
-        structured.as_ref().map(|r| &r.constraint),
+        structured.as_ref().map(|r| crate::submit::Structured {
+            constraint: &r.constraint,
+            after: structured_after.as_deref(),
+        }),
         client_key,
     )?;
     let events = access_log::observe(access.as_ref().map(|Extension(a)| a), submitted, events);
@@ -352,6 +387,7 @@ pub async fn chat_completions(
             events,
             mode,
             tool_config,
+            reasoning.map(|(k, on)| (k, on, include_reasoning)),
         ));
     }
 
@@ -368,6 +404,7 @@ pub async fn chat_completions(
                         message: ChatMessageOut {
                             role: "assistant",
                             content: None,
+                            reasoning: None,
                             tool_calls: Vec::new(),
                         },
                         logprobs: want_logprobs.then(ChatLogprobs::default),
@@ -391,6 +428,16 @@ pub async fn chat_completions(
     }
     let keeps = tool_config.keeps_tool_calls(state.inner.auto_tool_parser.is_some());
     for (c, text) in choices.iter_mut().zip(texts) {
+        // The thinking apart; the rest is what the tool parser reads.
+        let (thinking, text) = match reasoning {
+            Some((kind, on)) => {
+                let (r, answer) = crate::reasoning::split(kind, on, &text);
+                c.message.reasoning = r.filter(|_| include_reasoning);
+                (true, answer)
+            }
+            None => (false, Some(text)),
+        };
+        let text = text.unwrap_or_default();
         let (content, calls) = mode.complete(text.clone());
         let calls = if keeps {
             tool_config.limit_calls(calls)
@@ -398,7 +445,8 @@ pub async fn chat_completions(
             Vec::new()
         };
         c.message.content = if calls.is_empty() && !matches!(mode, ToolMode::Forced(_)) {
-            Some(text)
+            // With a reasoning parser an empty answer is null, as vLLM's.
+            (!thinking || !text.is_empty()).then_some(text)
         } else {
             content
         };
@@ -428,6 +476,7 @@ fn stream_response(
     events: futures::stream::BoxStream<'static, Event>,
     mode: ToolMode,
     tool_config: ToolConfig,
+    reasoning: Option<(ReasoningParserKind, bool, bool)>,
 ) -> Response {
     let tok = state.engine().tokenizer().clone();
     let model = state.inner.model_name.clone();
@@ -448,13 +497,15 @@ fn stream_response(
         let chunk = chunk.clone();
         include_usage.then_some(move |u: &Usage| chunk(Vec::new(), Some(usage_json(u))))
     };
-    // Per choice: its tool-call state and whether it has streamed a call.
-    let mut streams: HashMap<usize, (ToolStream, bool)> = HashMap::new();
+    // Per choice: its tool-call state, whether it has streamed a call, and
+    // its reasoning splitter.
+    let mut streams: HashMap<usize, (ToolStream, bool, Option<ReasoningStream>)> = HashMap::new();
     let on_output = move |_prompt: usize, out: sluice_engine::RequestOutput| {
         let mut chunks = Vec::new();
         let i = out.index;
         if let std::collections::hash_map::Entry::Vacant(e) = streams.entry(i) {
-            e.insert((mode.stream(), false));
+            let splitter = reasoning.map(|(k, on, _)| ReasoningStream::new(k, on));
+            e.insert((mode.stream(), false, splitter));
             // Each choice opens with the assistant role, as OpenAI does.
             chunks.push(chunk(
                 vec![ChatChunkChoice {
@@ -462,6 +513,7 @@ fn stream_response(
                     delta: ChatDelta {
                         role: Some("assistant"),
                         content: Some(String::new()),
+                        reasoning: None,
                         tool_calls: Vec::new(),
                     },
                     logprobs: None,
@@ -476,18 +528,35 @@ fn stream_response(
             return chunks;
         }
         let fin = out.finished.as_ref();
-        let Some((stream, called)) = streams.get_mut(&i) else {
+        let Some((stream, called, splitter)) = streams.get_mut(&i) else {
             return chunks;
         };
-        let has_tokens = !out.token_ids.is_empty();
-        let mut delta = stream.push(out.text, fin.is_some(), has_tokens);
+        let mut has_tokens = !out.token_ids.is_empty();
+        let (mut thought, answer) = match splitter {
+            Some(sp) => {
+                let mut piece = sp.push(&out.text);
+                if fin.is_some() {
+                    let rest = sp.finish();
+                    piece.reasoning.push_str(&rest.reasoning);
+                    piece.content.push_str(&rest.content);
+                }
+                // A piece of thinking alone sends no empty content.
+                has_tokens &= piece.reasoning.is_empty();
+                (Some(piece.reasoning), piece.content)
+            }
+            None => (None, out.text),
+        };
+        if thought.as_ref().is_some_and(String::is_empty) || reasoning.is_some_and(|r| !r.2) {
+            thought = None;
+        }
+        let mut delta = stream.push(answer, fin.is_some(), has_tokens);
         if keeps {
             tool_config.limit_delta(&mut delta);
         } else if !delta.tool_calls.is_empty() {
             delta.tool_calls.clear();
         }
         *called |= !delta.tool_calls.is_empty();
-        if delta.is_empty() && fin.is_none() && out.logprobs.is_empty() {
+        if delta.is_empty() && thought.is_none() && fin.is_none() && out.logprobs.is_empty() {
             return chunks;
         }
         let logprobs = logprobs_top.map(|top| ChatLogprobs {
@@ -500,6 +569,7 @@ fn stream_response(
                 delta: ChatDelta {
                     role: None,
                     content: delta.content,
+                    reasoning: thought,
                     tool_calls: delta.tool_calls,
                 },
                 logprobs,

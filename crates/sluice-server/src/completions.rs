@@ -153,7 +153,10 @@ pub async fn completions(
         prompts,
         &sp,
         priority,
-        structured.as_ref().map(|r| &r.constraint),
+        structured.as_ref().map(|r| crate::submit::Structured {
+            constraint: &r.constraint,
+            after: None,
+        }),
         client_key,
     )?;
     let events = access_log::observe(access.as_ref().map(|Extension(a)| a), submitted, events);

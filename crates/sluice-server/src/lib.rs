@@ -37,6 +37,7 @@ pub mod metrics;
 pub mod misc;
 pub mod params;
 pub mod protocol;
+pub mod reasoning;
 pub mod render;
 pub mod sse;
 pub mod state;
@@ -104,6 +105,8 @@ pub struct ServerConfig {
     /// JSON constraints' whitespace and strictness where a request does
     /// not say (`--structured-outputs-config`).
     pub json_format: sluice_structured::JsonFormat,
+    /// `--reasoning-parser`: split thinking from the answer.
+    pub reasoning_parser: Option<reasoning::ReasoningParserKind>,
 }
 
 impl ServerConfig {
@@ -127,6 +130,7 @@ impl ServerConfig {
             access_log: false,
             log_stats_interval: None,
             json_format: sluice_structured::JsonFormat::default(),
+            reasoning_parser: None,
         }
     }
 }

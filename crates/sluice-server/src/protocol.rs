@@ -212,6 +212,9 @@ pub struct ChatMessageOut {
     pub role: &'static str,
     /// `null` when a tool parser found calls and no text around them.
     pub content: Option<String>,
+    /// The thinking, with `--reasoning-parser` (vLLM's field).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<crate::tools::ToolCall>,
 }
@@ -241,6 +244,8 @@ pub struct ChatDelta {
     pub role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<crate::tools::ToolCallDelta>,
 }

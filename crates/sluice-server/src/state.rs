@@ -28,6 +28,8 @@ pub struct Inner {
     pub log_requests: bool,
     /// JSON constraints' defaults (`ServerConfig::json_format`).
     pub json_format: sluice_structured::JsonFormat,
+    /// `--reasoning-parser`, bound to the model's vocabulary.
+    pub reasoning: Option<crate::reasoning::ReasoningConfig>,
     next_id: AtomicU64,
 }
 
@@ -39,6 +41,15 @@ pub fn unix_now() -> u64 {
 
 impl AppState {
     pub fn new(engine: Engine, config: &crate::ServerConfig) -> Self {
+        let reasoning = config
+            .reasoning_parser
+            .map(|k| crate::reasoning::ReasoningConfig::new(k, engine.tokenizer()));
+        if reasoning.as_ref().is_some_and(|r| !r.end_is_one_token) {
+            crate::logging::warn(
+                "the reasoning parser's </think> is not one token of this model's vocabulary: \
+                 thinking ends where its text's tokens appear",
+            );
+        }
         AppState {
             inner: Arc::new(Inner {
                 engine,
@@ -50,6 +61,7 @@ impl AppState {
                 client_id_header: config.client_id_header.clone(),
                 log_requests: config.log_requests,
                 json_format: config.json_format.clone(),
+                reasoning,
                 next_id: AtomicU64::new(0),
             }),
         }

@@ -80,20 +80,32 @@ pub fn engine_requests(
 /// request's client key; fails (and aborts the ones already submitted) if
 /// any is refused. With `--enable-log-requests`, each is logged as it
 /// arrives, before the engine accepts or refuses it.
+/// A request's constraint, and the tokens after which it holds (a
+/// reasoning parser's end of thinking; `None`: from the first token).
+pub struct Structured<'a> {
+    pub constraint: &'a Constraint,
+    pub after: Option<&'a [u32]>,
+}
+
 pub fn submit(
     state: &AppState,
     id: &str,
     prompts: Vec<Vec<u32>>,
     params: &SamplingParams,
     priority: i64,
-    constraint: Option<&Constraint>,
+    structured: Option<Structured<'_>>,
     client_key: Option<String>,
 ) -> Result<BoxStream<'static, Event>, ApiError> {
     let engine: &Engine = state.engine();
+    let constraint = structured.as_ref().map(|s| s.constraint);
+    let structured_after = structured.and_then(|s| s.after);
     let requests = engine_requests(id, prompts, params, priority, constraint);
     let mut streams = Vec::with_capacity(requests.len());
     for (p, mut req) in requests.into_iter().enumerate() {
         req.client_key.clone_from(&client_key);
+        if req.structured.is_some() {
+            req.structured_after = structured_after.map(<[u32]>::to_vec);
+        }
         if state.inner.log_requests {
             crate::logging::info(&request_log_line(&req));
         }

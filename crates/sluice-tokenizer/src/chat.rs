@@ -87,6 +87,21 @@ impl Tokenizer {
         tools: Option<&JsonValue>,
         add_generation_prompt: bool,
     ) -> Result<String, ChatTemplateError> {
+        self.apply_chat_template_with_kwargs(messages, tools, add_generation_prompt, None)
+    }
+
+    /// `apply_chat_template_with_tools` with extra template variables (a
+    /// request's `chat_template_kwargs`, e.g. `{"enable_thinking": false}`
+    /// for Qwen3's template), as transformers passes them. They cannot
+    /// replace `messages`, `tools`, `add_generation_prompt` or the special
+    /// tokens, which win.
+    pub fn apply_chat_template_with_kwargs<M: Serialize>(
+        &self,
+        messages: &[M],
+        tools: Option<&JsonValue>,
+        add_generation_prompt: bool,
+        kwargs: Option<&serde_json::Map<String, JsonValue>>,
+    ) -> Result<String, ChatTemplateError> {
         let template = self
             .env
             .get_template(TEMPLATE_NAME)
@@ -101,6 +116,7 @@ impl Tokenizer {
             eos_token => self.eos_token.as_deref().unwrap_or(""),
             pad_token => self.pad_token.as_deref().unwrap_or(""),
             unk_token => self.unk_token.as_deref().unwrap_or(""),
+            ..JinjaValue::from_serialize(kwargs)
         };
         template.render(ctx).map_err(|e| ChatTemplateError {
             message: render_error_message(&e),

@@ -84,3 +84,38 @@ fn llama31_template_renders_tools() {
         .unwrap();
     assert!(!plain.contains("get_weather"), "{plain}");
 }
+
+/// Qwen3's template (Apache-2.0) with `chat_template_kwargs`: thinking on
+/// by default (the generation prompt ends at the assistant turn, the model
+/// writes `<think>`), off with `enable_thinking: false`, where the template
+/// writes an empty thinking block itself (as transformers renders it).
+#[test]
+fn qwen3_template_reads_enable_thinking_from_the_kwargs() {
+    let t = with_template("qwen3-thinking", &template("Qwen-Qwen3-0.6B.jinja"));
+    let messages = serde_json::json!([{"role": "user", "content": "Hi"}]);
+    let messages = messages.as_array().unwrap();
+    let on = t
+        .tok
+        .apply_chat_template_with_kwargs(messages, None, true, None)
+        .unwrap();
+    assert_eq!(
+        on,
+        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    );
+    let kwargs = serde_json::json!({"enable_thinking": false});
+    let off = t
+        .tok
+        .apply_chat_template_with_kwargs(messages, None, true, kwargs.as_object())
+        .unwrap();
+    assert_eq!(
+        off,
+        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    );
+    // The kwargs cannot replace the template's own variables.
+    let kwargs = serde_json::json!({"messages": [], "add_generation_prompt": false});
+    let same = t
+        .tok
+        .apply_chat_template_with_kwargs(messages, None, true, kwargs.as_object())
+        .unwrap();
+    assert_eq!(same, on);
+}

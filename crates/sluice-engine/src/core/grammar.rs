@@ -73,6 +73,9 @@ impl EngineCore {
             let Some(child) = self.children.get_mut(&s.req_id) else {
                 continue;
             };
+            if child.grammar_gate.is_some() {
+                continue;
+            }
             let Some(m) = child.grammar.as_mut() else {
                 continue;
             };
@@ -101,6 +104,19 @@ impl EngineCore {
         let Some(child) = self.children.get_mut(&out.req_id) else {
             return true;
         };
+        // Gated: the tokens up to and including the gate's sequence are
+        // not the grammar's (the thinking before `</think>`); the ones
+        // after it in the same output are.
+        let mut tokens = &out.new_token_ids[..];
+        if let Some(gate) = child.grammar_gate.as_mut() {
+            match tokens.iter().position(|&t| gate.passes(t)) {
+                Some(i) => {
+                    child.grammar_gate = None;
+                    tokens = &tokens[i + 1..];
+                }
+                None => return true,
+            }
+        }
         if let Some(m) = child.grammar.as_mut() {
             // In update_from_output's order, as vLLM's scheduler advances
             // its matchers. A token outside the mask cannot be sampled, so
@@ -108,8 +124,7 @@ impl EngineCore {
             // request stop id where the grammar could end is not the
             // grammar's to follow: it ends the request.
             let stops = &child.grammar_stop_ids;
-            let accepted = out
-                .new_token_ids
+            let accepted = tokens
                 .iter()
                 .all(|&t| (stops.contains(&t) && m.can_stop()) || m.accept_token(t));
             if !accepted {

@@ -60,6 +60,27 @@ pub(super) struct Child {
     /// wherever the grammar can end (as vLLM adds them to the matcher's stop
     /// set), besides the model's EOS ids the grammar already allows.
     pub(super) grammar_stop_ids: Vec<TokenId>,
+    /// While `Some`, the grammar waits: no mask, no matcher steps, until the
+    /// completion's tokens end with the gate's sequence.
+    pub(super) grammar_gate: Option<GrammarGate>,
+}
+
+/// The token sequence after which a completion's grammar holds, and how
+/// much of it the latest tokens match.
+pub(super) struct GrammarGate {
+    pub(super) end: Vec<TokenId>,
+    pub(super) recent: Vec<TokenId>,
+}
+
+impl GrammarGate {
+    /// Takes one generated token; true once the sequence is complete.
+    pub(super) fn passes(&mut self, t: TokenId) -> bool {
+        self.recent.push(t);
+        if self.recent.len() > self.end.len() {
+            self.recent.remove(0);
+        }
+        self.recent == self.end
+    }
 }
 
 impl EngineCore {
@@ -157,6 +178,10 @@ impl EngineCore {
                     prompt_logprobs: wants_prompt_logprobs.then(Vec::new),
                     grammar: None,
                     grammar_stop_ids: grammar_stops.clone(),
+                    grammar_gate: req.grammar_after.as_ref().map(|end| GrammarGate {
+                        end: end.clone(),
+                        recent: Vec::with_capacity(end.len()),
+                    }),
                 },
             );
             children.push(child_id);
