@@ -3,8 +3,9 @@
 //!
 //! Promises, as vLLM's server:
 //! - with keys set, `/v1/*` and the tokenizer endpoints need
-//!   `Authorization: Bearer <key>` with one of them, else 401 with an
-//!   OpenAI error object; `/health`, `/ready`, `/metrics`, `/version` stay
+//!   `Authorization: Bearer <key>` (or Anthropic's `x-api-key: <key>`)
+//!   with one of them, else 401 with an OpenAI error object (Anthropic's
+//!   under `/v1/messages`); `/health`, `/ready`, `/metrics`, `/version` stay
 //!   open (probes and scrapers carry no key), and so do CORS preflights;
 //! - a presented key is compared with every configured key in time that
 //!   does not depend on where they differ (SHA-256 digests compared in
@@ -85,6 +86,11 @@ fn bearer(req: &Request) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
+/// Anthropic's header for the key (its clients send no `Authorization`).
+fn x_api_key(req: &Request) -> Option<&str> {
+    Some(req.headers().get("x-api-key")?.to_str().ok()?.trim())
+}
+
 /// Middleware: refuses protected paths without a valid key.
 /// An accepted request carries its key's client label
 /// (`client::ApiKeyClient`), the last resort of its client key.
@@ -96,10 +102,12 @@ pub async fn require_api_key(
     if keys.is_empty() || req.method() == Method::OPTIONS || !is_protected(req.uri().path()) {
         return next.run(req).await;
     }
-    if let Some(client) = bearer(&req)
-        .filter(|k| keys.accepts(k))
-        .map(crate::client::ApiKeyClient::of)
-    {
+    let client = [bearer(&req), x_api_key(&req)]
+        .into_iter()
+        .flatten()
+        .find(|k| keys.accepts(k))
+        .map(crate::client::ApiKeyClient::of);
+    if let Some(client) = client {
         req.extensions_mut().insert(client);
         return next.run(req).await;
     }

@@ -12,14 +12,13 @@ use crate::protocol::{
     ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest,
     ChatCompletionResponse, ChatDelta, ChatLogprobs, ChatMessage, ChatMessageOut, MessageContent,
 };
-use crate::reasoning::{ReasoningParserKind, ReasoningStream};
 use crate::sse;
 use crate::state::{unix_now, AppState};
 use crate::submit::{
     add_usage, check_sequences, finish_fields, stop_reason_json, submit, usage_json, Event,
 };
-use crate::tools::choice::{parse_forced, ForcedStream, ToolChoice, ToolConfig};
-use crate::tools::{self, StreamDelta, ToolCall, ToolParser, ToolParserKind};
+use crate::tools::choice::{ToolChoice, ToolConfig};
+use crate::turn::{ToolMode, Turn, TurnStream};
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -69,67 +68,6 @@ pub fn template_messages(
         .collect()
 }
 
-/// How one choice's text becomes the response: as it is, as the arguments
-/// of forced tool calls (`tool_choice` required or named: the grammar made
-/// the text a call), or through the `--tool-call-parser` (auto).
-enum ToolMode {
-    Plain,
-    Forced(ToolChoice),
-    Auto(ToolParserKind),
-}
-
-/// One choice's streaming state for tool calls.
-enum ToolStream {
-    Plain,
-    Forced(ForcedStream),
-    Auto(Box<dyn ToolParser>),
-}
-
-impl ToolMode {
-    fn stream(&self) -> ToolStream {
-        match self {
-            ToolMode::Plain => ToolStream::Plain,
-            ToolMode::Forced(c) => ToolStream::Forced(ForcedStream::new(c.clone())),
-            ToolMode::Auto(k) => ToolStream::Auto(tools::parser(*k)),
-        }
-    }
-
-    /// The whole text of a finished choice → content and calls.
-    fn complete(&self, text: String) -> (Option<String>, Vec<ToolCall>) {
-        match self {
-            ToolMode::Plain => (Some(text), Vec::new()),
-            // vLLM answers forced calls with content "", not null.
-            ToolMode::Forced(c) => (Some(String::new()), parse_forced(c, &text)),
-            ToolMode::Auto(k) => tools::parser(*k).extract(&text),
-        }
-    }
-}
-
-impl ToolStream {
-    /// `has_tokens`: the output carries tokens. Plain content streams a
-    /// delta for every such output, `""` when their text is not shown yet,
-    /// as vLLM does (clients time TTFT and ITL by chunks); a tool parser
-    /// decides for itself.
-    fn push(&mut self, text: String, finished: bool, has_tokens: bool) -> StreamDelta {
-        let mut d = match self {
-            ToolStream::Plain => StreamDelta {
-                content: (!text.is_empty() || has_tokens).then_some(text),
-                tool_calls: Vec::new(),
-            },
-            ToolStream::Forced(f) => f.push(&text),
-            ToolStream::Auto(p) => p.push(&text),
-        };
-        if finished {
-            match self {
-                ToolStream::Plain => {}
-                ToolStream::Forced(f) => d.append(f.finish()),
-                ToolStream::Auto(p) => d.append(p.finish()),
-            }
-        }
-        d
-    }
-}
-
 /// The request's messages as the chat template takes them: each raw
 /// message (so `tool_calls`, `tool_call_id` and `name` reach the template)
 /// with its content flattened to text, prepared as vLLM prepares them.
@@ -164,7 +102,7 @@ fn template_values(
             Value::Object(o)
         })
         .collect();
-    tools::messages::prepare(&values)
+    crate::tools::messages::prepare(&values)
 }
 
 /// A chat request checked and rendered (messages + tools → the chat
@@ -181,12 +119,9 @@ pub(crate) struct Prepared {
     pub priority: i64,
     pub structured: Option<crate::structured::Requested>,
     /// With a reasoning parser: the constraint holds after these tokens.
-    structured_after: Option<Vec<u32>>,
-    /// The reasoning parser and whether this request thinks.
-    reasoning: Option<(ReasoningParserKind, bool)>,
-    include_reasoning: bool,
-    mode: ToolMode,
-    tool_config: ToolConfig,
+    pub structured_after: Option<Vec<u32>>,
+    /// How the output is read: thinking, answer, tool calls.
+    pub turn: Turn,
     want_logprobs: bool,
     top_n: usize,
 }
@@ -307,7 +242,14 @@ pub(crate) async fn prepare(state: &AppState, body: &Bytes) -> Result<Prepared, 
     let structured_after = reasoning
         .filter(|_| structured.is_some())
         .and_then(|r| r.structured_after(&prompt, thinking));
-    let reasoning = reasoning.map(|r| (r.kind, thinking));
+    let keeps_calls = tool_config.keeps_tool_calls(state.inner.auto_tool_parser.is_some());
+    let turn = Turn {
+        mode,
+        tool_config,
+        reasoning: reasoning.map(|r| (r.kind, thinking)),
+        include_reasoning,
+        keeps_calls,
+    };
     Ok(Prepared {
         raw,
         req,
@@ -316,13 +258,49 @@ pub(crate) async fn prepare(state: &AppState, body: &Bytes) -> Result<Prepared, 
         priority,
         structured,
         structured_after,
-        reasoning,
-        include_reasoning,
-        mode,
-        tool_config,
+        turn,
         want_logprobs,
         top_n,
     })
+}
+
+/// Submits a prepared request as `id`, with its client key (header,
+/// `user`, API key) and the access log's note: the stream of its outputs.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn start(
+    state: &AppState,
+    id: &str,
+    headers: &HeaderMap,
+    api_key: Option<&ApiKeyClient>,
+    access: Option<&AccessNote>,
+    user: Option<&str>,
+    prompt: Vec<u32>,
+    sp: &sluice_engine::SamplingParams,
+    priority: i64,
+    structured: Option<&crate::structured::Requested>,
+    structured_after: Option<&[u32]>,
+) -> Result<futures::stream::BoxStream<'static, Event>, ApiError> {
+    let client_key = client_key(headers, &state.inner.client_id_header, user, api_key);
+    let submitted = Submitted {
+        request_id: id,
+        client_key: client_key.clone(),
+        prompts: 1,
+        prompt_tokens: prompt.len(),
+        choices: sp.n,
+    };
+    let events = submit(
+        state,
+        id,
+        vec![prompt],
+        sp,
+        priority,
+        structured.map(|r| crate::submit::Structured {
+            constraint: &r.constraint,
+            after: structured_after,
+        }),
+        client_key,
+    )?;
+    Ok(access_log::observe(access, submitted, events))
 }
 
 pub async fn chat_completions(
@@ -339,10 +317,7 @@ pub async fn chat_completions(
         priority,
         structured,
         structured_after,
-        reasoning,
-        include_reasoning,
-        mode,
-        tool_config,
+        turn,
         want_logprobs,
         top_n,
         ..
@@ -350,32 +325,19 @@ pub async fn chat_completions(
     let tok = state.engine().tokenizer().clone();
     let id = state.new_id("chatcmpl");
     let n = sp.n;
-    let client_key = client_key(
-        &headers,
-        &state.inner.client_id_header,
-        req.user.as_deref(),
-        api_key.as_ref().map(|Extension(k)| k),
-    );
-    let submitted = Submitted {
-        request_id: &id,
-        client_key: client_key.clone(),
-        prompts: 1,
-        prompt_tokens: prompt.len(),
-        choices: n,
-    };
-    let events = submit(
+    let events = start(
         &state,
         &id,
-        vec![prompt],
+        &headers,
+        api_key.as_ref().map(|Extension(k)| k),
+        access.as_ref().map(|Extension(a)| a),
+        req.user.as_deref(),
+        prompt,
         &sp,
         priority,
-        structured.as_ref().map(|r| crate::submit::Structured {
-            constraint: &r.constraint,
-            after: structured_after.as_deref(),
-        }),
-        client_key,
+        structured.as_ref(),
+        structured_after.as_deref(),
     )?;
-    let events = access_log::observe(access.as_ref().map(|Extension(a)| a), submitted, events);
     if req.sampling.stream() {
         let include_usage = req.sampling.include_usage();
         return Ok(stream_response(
@@ -385,9 +347,7 @@ pub async fn chat_completions(
             want_logprobs.then_some(top_n),
             include_usage,
             events,
-            mode,
-            tool_config,
-            reasoning.map(|(k, on)| (k, on, include_reasoning)),
+            turn,
         ));
     }
 
@@ -426,34 +386,14 @@ pub async fn chat_completions(
             Event::Done { usage: u, .. } => add_usage(&mut usage, &u),
         }
     }
-    let keeps = tool_config.keeps_tool_calls(state.inner.auto_tool_parser.is_some());
     for (c, text) in choices.iter_mut().zip(texts) {
-        // The thinking apart; the rest is what the tool parser reads.
-        let (thinking, text) = match reasoning {
-            Some((kind, on)) => {
-                let (r, answer) = crate::reasoning::split(kind, on, &text);
-                c.message.reasoning = r.filter(|_| include_reasoning);
-                (true, answer)
-            }
-            None => (false, Some(text)),
-        };
-        let text = text.unwrap_or_default();
-        let (content, calls) = mode.complete(text.clone());
-        let calls = if keeps {
-            tool_config.limit_calls(calls)
-        } else {
-            Vec::new()
-        };
-        c.message.content = if calls.is_empty() && !matches!(mode, ToolMode::Forced(_)) {
-            // With a reasoning parser an empty answer is null, as vLLM's.
-            (!thinking || !text.is_empty()).then_some(text)
-        } else {
-            content
-        };
+        let out = turn.complete(text);
+        c.message.reasoning = out.reasoning;
+        c.message.content = out.content;
         if let Some(reason) = c.finish_reason {
-            c.finish_reason = Some(tool_config.finish_reason(reason, !calls.is_empty()));
+            c.finish_reason = Some(turn.finish_reason(reason, !out.tool_calls.is_empty()));
         }
-        c.message.tool_calls = calls;
+        c.message.tool_calls = out.tool_calls;
     }
     Ok(axum::Json(ChatCompletionResponse {
         id,
@@ -466,7 +406,6 @@ pub async fn chat_completions(
     .into_response())
 }
 
-#[allow(clippy::too_many_arguments)]
 fn stream_response(
     state: &AppState,
     id: String,
@@ -474,14 +413,11 @@ fn stream_response(
     logprobs_top: Option<usize>,
     include_usage: bool,
     events: futures::stream::BoxStream<'static, Event>,
-    mode: ToolMode,
-    tool_config: ToolConfig,
-    reasoning: Option<(ReasoningParserKind, bool, bool)>,
+    turn: Turn,
 ) -> Response {
     let tok = state.engine().tokenizer().clone();
     let model = state.inner.model_name.clone();
     let created = unix_now();
-    let keeps = tool_config.keeps_tool_calls(state.inner.auto_tool_parser.is_some());
     let chunk = move |choices: Vec<ChatChunkChoice>, usage: Option<crate::protocol::Usage>| {
         serde_json::to_string(&ChatCompletionChunk {
             id: id.clone(),
@@ -497,15 +433,12 @@ fn stream_response(
         let chunk = chunk.clone();
         include_usage.then_some(move |u: &Usage| chunk(Vec::new(), Some(usage_json(u))))
     };
-    // Per choice: its tool-call state, whether it has streamed a call, and
-    // its reasoning splitter.
-    let mut streams: HashMap<usize, (ToolStream, bool, Option<ReasoningStream>)> = HashMap::new();
+    let mut streams: HashMap<usize, TurnStream> = HashMap::new();
     let on_output = move |_prompt: usize, out: sluice_engine::RequestOutput| {
         let mut chunks = Vec::new();
         let i = out.index;
         if let std::collections::hash_map::Entry::Vacant(e) = streams.entry(i) {
-            let splitter = reasoning.map(|(k, on, _)| ReasoningStream::new(k, on));
-            e.insert((mode.stream(), false, splitter));
+            e.insert(turn.stream());
             // Each choice opens with the assistant role, as OpenAI does.
             chunks.push(chunk(
                 vec![ChatChunkChoice {
@@ -528,48 +461,25 @@ fn stream_response(
             return chunks;
         }
         let fin = out.finished.as_ref();
-        let Some((stream, called, splitter)) = streams.get_mut(&i) else {
+        let Some(stream) = streams.get_mut(&i) else {
             return chunks;
         };
-        let mut has_tokens = !out.token_ids.is_empty();
-        let (mut thought, answer) = match splitter {
-            Some(sp) => {
-                let mut piece = sp.push(&out.text);
-                if fin.is_some() {
-                    let rest = sp.finish();
-                    piece.reasoning.push_str(&rest.reasoning);
-                    piece.content.push_str(&rest.content);
-                }
-                // A piece of thinking alone sends no empty content.
-                has_tokens &= piece.reasoning.is_empty();
-                (Some(piece.reasoning), piece.content)
-            }
-            None => (None, out.text),
-        };
-        if thought.as_ref().is_some_and(String::is_empty) || reasoning.is_some_and(|r| !r.2) {
-            thought = None;
-        }
-        let mut delta = stream.push(answer, fin.is_some(), has_tokens);
-        if keeps {
-            tool_config.limit_delta(&mut delta);
-        } else if !delta.tool_calls.is_empty() {
-            delta.tool_calls.clear();
-        }
-        *called |= !delta.tool_calls.is_empty();
-        if delta.is_empty() && thought.is_none() && fin.is_none() && out.logprobs.is_empty() {
+        let has_tokens = !out.token_ids.is_empty();
+        let delta = stream.push(out.text, fin.is_some(), has_tokens);
+        if delta.is_empty() && fin.is_none() && out.logprobs.is_empty() {
             return chunks;
         }
         let logprobs = logprobs_top.map(|top| ChatLogprobs {
             content: logprobs::chat_content(&tok, &out.logprobs, top),
         });
-        let finish_reason = fin.map(|f| tool_config.finish_reason(f.reason.as_str(), *called));
+        let finish_reason = fin.map(|f| stream.finish_reason(f.reason.as_str()));
         chunks.push(chunk(
             vec![ChatChunkChoice {
                 index: i,
                 delta: ChatDelta {
                     role: None,
                     content: delta.content,
-                    reasoning: thought,
+                    reasoning: delta.reasoning,
                     tool_calls: delta.tool_calls,
                 },
                 logprobs,

@@ -97,7 +97,9 @@ impl ApiError {
     pub fn unauthorized() -> Self {
         ApiError {
             status: StatusCode::UNAUTHORIZED,
-            message: "Invalid or missing API key: send it as `Authorization: Bearer <key>`.".into(),
+            message: "Invalid or missing API key: send it as `Authorization: Bearer <key>` \
+                      or `x-api-key: <key>`."
+                .into(),
             kind: "authentication_error",
             param: None,
             retry_after: None,

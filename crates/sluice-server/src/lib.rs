@@ -6,12 +6,14 @@
 //! away drops its stream, which aborts its requests.
 //!
 //! Routes: `POST /v1/completions`, `POST /v1/chat/completions`,
+//! `POST /v1/messages`, `POST /v1/messages/count_tokens` (Anthropic's),
 //! `GET /v1/models`, `GET /health`, `GET /ready`, `GET /version`,
 //! `POST /tokenize`, `POST /detokenize`, `GET /metrics`,
 //! `POST /v1/completions/render`, `POST /v1/chat/completions/render`, and
 //! `POST /reset_prefix_cache` with `ServerConfig::dev_endpoints`.
 //!
-//! Layers, outermost first: CORS (`access.rs`, off unless configured), the
+//! Layers, outermost first: CORS (`access.rs`, off unless configured),
+//! Anthropic's error shape (`anthropic/`, under `/v1/messages`), the
 //! API key check (`access.rs`), the HTTP metrics (`http_metrics.rs`), the
 //! whole-body read with its size and time limits (`body.rs`), then the
 //! handler. They are `Router::layer`s, so they run after routing (the
@@ -22,6 +24,7 @@
 
 pub mod access;
 pub mod access_log;
+pub mod anthropic;
 pub mod body;
 pub mod body_end;
 pub mod chat;
@@ -46,6 +49,7 @@ pub mod structured;
 pub mod submit;
 pub mod tls;
 pub mod tools;
+pub mod turn;
 
 use access::{ApiKeys, Cors};
 use axum::extract::DefaultBodyLimit;
@@ -158,6 +162,8 @@ pub fn router(state: AppState, config: &ServerConfig) -> anyhow::Result<Router> 
     let app = app
         .route("/v1/completions", post(completions::completions))
         .route("/v1/chat/completions", post(chat::chat_completions))
+        .route("/v1/messages", post(anthropic::messages))
+        .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/v1/completions/render", post(render::render_completion))
         .route(
             "/v1/chat/completions/render",
@@ -193,7 +199,10 @@ pub fn router(state: AppState, config: &ServerConfig) -> anyhow::Result<Router> 
         .layer(axum::middleware::from_fn_with_state(
             ApiKeys::new(&config.api_keys),
             access::require_api_key,
-        ));
+        ))
+        // Outside every layer that can refuse: Anthropic's routes answer
+        // every error in Anthropic's shape.
+        .layer(axum::middleware::from_fn(anthropic::error_shape));
     let app = match config.cors.layer()? {
         Some(cors) => app.layer(cors),
         None => app,

@@ -1,5 +1,8 @@
-//! Server-sent events for streamed responses: one `data: {json}` event per
-//! chunk, an optional usage chunk, then `data: [DONE]`.
+//! Server-sent events for streamed responses. OpenAI's shape (`respond`):
+//! one `data: {json}` event per chunk, an optional usage chunk, then
+//! `data: [DONE]`. Named events (`respond_events`, Anthropic's shape):
+//! `event: NAME` + `data: {json}`, whatever the renderer ends with, and no
+//! `[DONE]`.
 //!
 //! The response body owns the engine streams: when the client disconnects,
 //! hyper drops the body, which drops the streams, which aborts the requests
@@ -13,17 +16,105 @@ use sluice_engine::{RequestOutput, Usage};
 use std::collections::VecDeque;
 use std::convert::Infallible;
 
-struct State<F, U> {
+/// One event to send: its name (none: an unnamed `data:` event) and data.
+pub struct Named {
+    pub event: Option<&'static str>,
+    pub data: String,
+}
+
+/// Turns a request's outputs into events.
+pub trait Render: Send + 'static {
+    /// The events for one output of prompt `prompt`.
+    fn output(&mut self, prompt: usize, out: RequestOutput) -> Vec<Named>;
+    /// The last events, once every prompt is done (`usage`: their total).
+    fn end(&mut self, usage: &Usage) -> Vec<Named>;
+}
+
+struct State<R> {
     events: BoxStream<'static, Event>,
-    on_output: F,
-    usage_chunk: Option<U>,
+    render: R,
     usage: Usage,
-    pending: VecDeque<String>,
+    pending: VecDeque<Named>,
     done: bool,
 }
 
-/// Streams `events` as SSE: `on_output` turns each output into zero or more
-/// JSON chunks; at the end, `usage_chunk` (if any) renders the total usage.
+/// Streams `events` through `render`.
+pub fn respond_events<R: Render>(events: BoxStream<'static, Event>, render: R) -> Response {
+    let state = State {
+        events,
+        render,
+        usage: Usage::default(),
+        pending: VecDeque::new(),
+        done: false,
+    };
+    let body = stream::unfold(state, |mut st| async move {
+        loop {
+            if let Some(item) = st.pending.pop_front() {
+                // The name first, as Anthropic writes its events.
+                let mut ev = SseEvent::default();
+                if let Some(name) = item.event {
+                    ev = ev.event(name);
+                }
+                let ev = ev.data(item.data);
+                return Some((Ok::<_, Infallible>(ev), st));
+            }
+            if st.done {
+                return None;
+            }
+            match st.events.next().await {
+                Some(Event::Output { prompt, out }) => {
+                    let items = st.render.output(prompt, out);
+                    st.pending.extend(items);
+                }
+                Some(Event::Done { usage, .. }) => add_usage(&mut st.usage, &usage),
+                None => {
+                    let items = st.render.end(&st.usage);
+                    st.pending.extend(items);
+                    st.done = true;
+                }
+            }
+        }
+    });
+    Sse::new(body)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
+
+/// OpenAI's stream: closures for the chunks, `[DONE]` at the end.
+struct OpenAi<F, U> {
+    on_output: F,
+    usage_chunk: Option<U>,
+}
+
+fn unnamed(data: String) -> Named {
+    Named { event: None, data }
+}
+
+impl<F, U> Render for OpenAi<F, U>
+where
+    F: FnMut(usize, RequestOutput) -> Vec<String> + Send + 'static,
+    U: FnOnce(&Usage) -> String + Send + 'static,
+{
+    fn output(&mut self, prompt: usize, out: RequestOutput) -> Vec<Named> {
+        (self.on_output)(prompt, out)
+            .into_iter()
+            .map(unnamed)
+            .collect()
+    }
+
+    fn end(&mut self, usage: &Usage) -> Vec<Named> {
+        let mut items = Vec::new();
+        if let Some(render) = self.usage_chunk.take() {
+            items.push(unnamed(render(usage)));
+        }
+        items.push(unnamed("[DONE]".to_string()));
+        items
+    }
+}
+
+/// Streams `events` as OpenAI SSE: `on_output` turns each output into zero
+/// or more JSON chunks; at the end, `usage_chunk` (if any) renders the
+/// total usage.
 pub fn respond<F, U>(
     events: BoxStream<'static, Event>,
     on_output: F,
@@ -33,39 +124,11 @@ where
     F: FnMut(usize, RequestOutput) -> Vec<String> + Send + 'static,
     U: FnOnce(&Usage) -> String + Send + 'static,
 {
-    let state = State {
+    respond_events(
         events,
-        on_output,
-        usage_chunk,
-        usage: Usage::default(),
-        pending: VecDeque::new(),
-        done: false,
-    };
-    let body = stream::unfold(state, |mut st| async move {
-        loop {
-            if let Some(chunk) = st.pending.pop_front() {
-                return Some((Ok::<_, Infallible>(SseEvent::default().data(chunk)), st));
-            }
-            if st.done {
-                return None;
-            }
-            match st.events.next().await {
-                Some(Event::Output { prompt, out }) => {
-                    let chunks = (st.on_output)(prompt, out);
-                    st.pending.extend(chunks);
-                }
-                Some(Event::Done { usage, .. }) => add_usage(&mut st.usage, &usage),
-                None => {
-                    if let Some(render) = st.usage_chunk.take() {
-                        st.pending.push_back(render(&st.usage));
-                    }
-                    st.pending.push_back("[DONE]".to_string());
-                    st.done = true;
-                }
-            }
-        }
-    });
-    Sse::new(body)
-        .keep_alive(KeepAlive::default())
-        .into_response()
+        OpenAi {
+            on_output,
+            usage_chunk,
+        },
+    )
 }

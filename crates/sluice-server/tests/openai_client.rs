@@ -6,26 +6,13 @@
 
 mod common;
 
-use common::TestServer;
+use common::{python, TestServer};
 use std::path::PathBuf;
 use std::time::Duration;
 
-fn python() -> PathBuf {
-    if let Some(p) = std::env::var_os("SLUICE_PYTHON") {
-        return PathBuf::from(p);
-    }
-    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/python");
-    assert!(
-        venv.exists(),
-        "no Python with the openai package: run `.ci/test` (it creates .venv with `pip install openai`) \
-         or set SLUICE_PYTHON"
-    );
-    venv
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn official_openai_python_client() {
-    let python = python();
+    let python = python("openai");
     let server = TestServer::start("sluice-test", None, Duration::ZERO).await;
     let addr = server.addr;
     let script_path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/openai_client.py");

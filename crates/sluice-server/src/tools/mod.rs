@@ -167,7 +167,7 @@ pub fn parser(kind: ToolParserKind) -> Box<dyn ToolParser> {
 /// 64 random bits: the standard library's per-process random SipHash keys
 /// over a counter and the clock (no `rand` in the workspace; ids need to be
 /// unique, not unpredictable).
-fn random_u64() -> u64 {
+pub(crate) fn random_u64() -> u64 {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));

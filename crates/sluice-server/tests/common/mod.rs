@@ -150,3 +150,19 @@ impl TestServer {
         }
     }
 }
+
+/// A Python with the official client packages the tests drive the server
+/// with (`package` names the one this test needs): `$SLUICE_PYTHON`, else
+/// the workspace's `.venv/bin/python` (`.ci/test` creates it).
+pub fn python(package: &str) -> std::path::PathBuf {
+    if let Some(p) = std::env::var_os("SLUICE_PYTHON") {
+        return std::path::PathBuf::from(p);
+    }
+    let venv = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/python");
+    assert!(
+        venv.exists(),
+        "no Python with the {package} package: run `.ci/test` (it creates .venv with the client \
+         packages) or set SLUICE_PYTHON"
+    );
+    venv
+}
