@@ -155,6 +155,14 @@ pub struct ServeArgs {
     /// structured outputs hold for the answer.
     #[arg(long, value_name = "NAME")]
     reasoning_parser: Option<String>,
+    /// Responses API (`/v1/responses`): most responses kept for `GET` and
+    /// `previous_response_id` (the oldest finished one goes first; 0 keeps
+    /// none).
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    responses_store_max_entries: usize,
+    /// Responses API: seconds a finished response stays in the store.
+    #[arg(long, value_name = "SECS", default_value_t = 3600)]
+    responses_store_max_age: u64,
     /// JSON constraints' defaults, as a JSON object: vLLM's
     /// `disable_any_whitespace`, `disable_additional_properties`, `backend`
     /// (auto / guidance), and `whitespace` ("bounded": one space, or up to
@@ -414,6 +422,17 @@ fn server_config(
                 .map_err(|e| bad_config(format!("--reasoning-parser: {e}")))?,
         );
     }
+    if args.responses_store_max_age == 0 && args.responses_store_max_entries > 0 {
+        return Err(bad_config(
+            "--responses-store-max-age: must be at least 1 second (to keep no responses, set \
+             --responses-store-max-entries 0)"
+                .to_string(),
+        ));
+    }
+    config.responses_store = sluice_server::responses::store::StoreLimits {
+        max_entries: args.responses_store_max_entries,
+        max_age: std::time::Duration::from_secs(args.responses_store_max_age),
+    };
     if let Some(text) = &args.structured_outputs_config {
         config.json_format = sluice_server::structured::parse_structured_outputs_config(text)
             .map_err(|e| bad_config(format!("--structured-outputs-config: {e}")))?;

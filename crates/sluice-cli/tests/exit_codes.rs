@@ -154,6 +154,13 @@ fn configuration_errors_exit_2_naming_the_flag_and_the_path() {
             vec!["--reasoning-parser", "deepseek_r1"],
         ),
         (
+            vec!["serve", "--responses-store-max-age", "0"],
+            vec![
+                "--responses-store-max-age",
+                "--responses-store-max-entries 0",
+            ],
+        ),
+        (
             vec!["serve", "--structured-outputs-config", "{"],
             vec!["--structured-outputs-config", "not JSON"],
         ),

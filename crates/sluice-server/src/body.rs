@@ -37,7 +37,20 @@ pub async fn read_whole_body(
             .and_then(|v| v.to_str().ok())
             .unwrap_or("");
         let essence = content_type.split(';').next().unwrap_or("").trim();
-        if !essence.eq_ignore_ascii_case("application/json") {
+        // A POST without a body (`POST /v1/responses/{id}/cancel`) declares
+        // no type; one with a body must be JSON.
+        let content_length = parts
+            .headers
+            .get(axum::http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        let bodyless = content_type.is_empty()
+            && (content_length == Some(0)
+                || (content_length.is_none()
+                    && !parts
+                        .headers
+                        .contains_key(axum::http::header::TRANSFER_ENCODING)));
+        if !bodyless && !essence.eq_ignore_ascii_case("application/json") {
             return ApiError::bad_request(format!(
                 "Unsupported Media Type: only 'application/json' is allowed, got Content-Type \
                  {content_type:?}"

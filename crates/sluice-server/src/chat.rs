@@ -464,8 +464,7 @@ fn stream_response(
         let Some(stream) = streams.get_mut(&i) else {
             return chunks;
         };
-        let has_tokens = !out.token_ids.is_empty();
-        let delta = stream.push(out.text, fin.is_some(), has_tokens);
+        let delta = stream.push(out.text, fin.is_some(), out.token_ids.len());
         if delta.is_empty() && fin.is_none() && out.logprobs.is_empty() {
             return chunks;
         }

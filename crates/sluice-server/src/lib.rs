@@ -6,6 +6,8 @@
 //! away drops its stream, which aborts its requests.
 //!
 //! Routes: `POST /v1/completions`, `POST /v1/chat/completions`,
+//! `POST /v1/responses`, `GET` / `DELETE /v1/responses/{id}`,
+//! `POST /v1/responses/{id}/cancel` (OpenAI's Responses API),
 //! `POST /v1/messages`, `POST /v1/messages/count_tokens` (Anthropic's),
 //! `GET /v1/models`, `GET /health`, `GET /ready`, `GET /version`,
 //! `POST /tokenize`, `POST /detokenize`, `GET /metrics`,
@@ -42,6 +44,7 @@ pub mod params;
 pub mod protocol;
 pub mod reasoning;
 pub mod render;
+pub mod responses;
 pub mod sse;
 pub mod state;
 pub mod stats_log;
@@ -111,6 +114,9 @@ pub struct ServerConfig {
     pub json_format: sluice_structured::JsonFormat,
     /// `--reasoning-parser`: split thinking from the answer.
     pub reasoning_parser: Option<reasoning::ReasoningParserKind>,
+    /// The Responses API's store (`--responses-store-max-entries`,
+    /// `--responses-store-max-age`).
+    pub responses_store: responses::store::StoreLimits,
 }
 
 impl ServerConfig {
@@ -135,6 +141,7 @@ impl ServerConfig {
             log_stats_interval: None,
             json_format: sluice_structured::JsonFormat::default(),
             reasoning_parser: None,
+            responses_store: responses::store::StoreLimits::default(),
         }
     }
 }
@@ -162,6 +169,12 @@ pub fn router(state: AppState, config: &ServerConfig) -> anyhow::Result<Router> 
     let app = app
         .route("/v1/completions", post(completions::completions))
         .route("/v1/chat/completions", post(chat::chat_completions))
+        .route("/v1/responses", post(responses::create))
+        .route(
+            "/v1/responses/{id}",
+            get(responses::retrieve).delete(responses::delete),
+        )
+        .route("/v1/responses/{id}/cancel", post(responses::cancel))
         .route("/v1/messages", post(anthropic::messages))
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/v1/completions/render", post(render::render_completion))

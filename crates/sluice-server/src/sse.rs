@@ -24,6 +24,10 @@ pub struct Named {
 
 /// Turns a request's outputs into events.
 pub trait Render: Send + 'static {
+    /// The events that open the stream, before any output.
+    fn start(&mut self) -> Vec<Named> {
+        Vec::new()
+    }
     /// The events for one output of prompt `prompt`.
     fn output(&mut self, prompt: usize, out: RequestOutput) -> Vec<Named>;
     /// The last events, once every prompt is done (`usage`: their total).
@@ -39,12 +43,13 @@ struct State<R> {
 }
 
 /// Streams `events` through `render`.
-pub fn respond_events<R: Render>(events: BoxStream<'static, Event>, render: R) -> Response {
+pub fn respond_events<R: Render>(events: BoxStream<'static, Event>, mut render: R) -> Response {
+    let pending = render.start().into();
     let state = State {
         events,
         render,
         usage: Usage::default(),
-        pending: VecDeque::new(),
+        pending,
         done: false,
     };
     let body = stream::unfold(state, |mut st| async move {

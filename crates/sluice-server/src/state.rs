@@ -30,6 +30,8 @@ pub struct Inner {
     pub json_format: sluice_structured::JsonFormat,
     /// `--reasoning-parser`, bound to the model's vocabulary.
     pub reasoning: Option<crate::reasoning::ReasoningConfig>,
+    /// Stored and running Responses API responses.
+    pub responses: Arc<crate::responses::store::Store>,
     next_id: AtomicU64,
 }
 
@@ -62,6 +64,7 @@ impl AppState {
                 log_requests: config.log_requests,
                 json_format: config.json_format.clone(),
                 reasoning,
+                responses: Arc::new(crate::responses::store::Store::new(config.responses_store)),
                 next_id: AtomicU64::new(0),
             }),
         }

@@ -120,6 +120,7 @@ impl Turn {
             keeps_calls: self.keeps_calls,
             tool_config: self.tool_config.clone(),
             called: false,
+            reasoning_tokens: 0,
         }
     }
 }
@@ -164,15 +165,19 @@ pub(crate) struct TurnStream {
     keeps_calls: bool,
     tool_config: ToolConfig,
     called: bool,
+    reasoning_tokens: usize,
 }
 
 impl TurnStream {
-    /// Feeds the text of one output (`has_tokens`: it carries tokens;
+    /// Feeds the text of one output (`tokens`: how many it carries;
     /// `finished`: it is the last) and returns what to send for it.
-    pub fn push(&mut self, text: String, finished: bool, has_tokens: bool) -> TurnDelta {
-        let mut has_tokens = has_tokens;
+    pub fn push(&mut self, text: String, finished: bool, tokens: usize) -> TurnDelta {
+        let mut has_tokens = tokens > 0;
         let (thought, answer) = match &mut self.splitter {
             Some(sp) => {
+                if !sp.in_answer() {
+                    self.reasoning_tokens += tokens;
+                }
                 let mut piece = sp.push(&text);
                 if finished {
                     let rest = sp.finish();
@@ -198,6 +203,12 @@ impl TurnStream {
             content: delta.content,
             tool_calls: delta.tool_calls,
         }
+    }
+
+    /// Tokens generated while the model was thinking (the end marker
+    /// included): `usage.output_tokens_details.reasoning_tokens`.
+    pub fn reasoning_tokens(&self) -> usize {
+        self.reasoning_tokens
     }
 
     /// The finish reason of this choice, given the engine's.

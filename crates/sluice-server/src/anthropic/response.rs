@@ -222,8 +222,7 @@ impl Render for Stream {
             return events;
         }
         let fin = out.finished.as_ref();
-        let has_tokens = !out.token_ids.is_empty();
-        let delta = self.turn.push(out.text, fin.is_some(), has_tokens);
+        let delta = self.turn.push(out.text, fin.is_some(), out.token_ids.len());
         if let Some(r) = delta.reasoning {
             let i = self.open(
                 Block::Thinking,

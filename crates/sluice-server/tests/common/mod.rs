@@ -14,6 +14,9 @@ pub const TEXT: &str = "The quick brown fox jumps over the lazy dog. ";
 pub const MAX_MODEL_LEN: usize = 256;
 
 /// How to build a test server; `Default` is a plain one.
+/// What the model answers to a prompt.
+pub type Reply = Arc<dyn Fn(&str) -> String + Send + Sync>;
+
 pub struct Options {
     pub model_name: String,
     pub max_waiting: Option<usize>,
@@ -24,6 +27,9 @@ pub struct Options {
     pub num_blocks: usize,
     /// The model writes this once, then EOS, instead of `TEXT` forever.
     pub text: Option<String>,
+    /// The model writes what this gives for the prompt (its bytes as
+    /// text), then EOS: a conversation that depends on what was said.
+    pub reply: Option<Reply>,
     /// Adjusts the server configuration (keys, timeouts, TLS, ...).
     pub configure: Box<dyn FnOnce(&mut ServerConfig) + Send>,
 }
@@ -38,6 +44,7 @@ impl Default for Options {
             max_num_seqs: 16,
             num_blocks: 512,
             text: None,
+            reply: None,
             configure: Box::new(|_| {}),
         }
     }
@@ -71,6 +78,7 @@ impl TestServer {
     pub async fn start_with(opts: Options) -> TestServer {
         let step_delay = opts.step_delay;
         let text = opts.text;
+        let reply = opts.reply;
         let prompts = Arc::new(Mutex::new(Vec::new()));
         let seen = prompts.clone();
         let script = move |s: &SeqView<'_>| {
@@ -82,7 +90,16 @@ impl TestServer {
                     seen.push(s.prompt.to_vec());
                 }
             }
-            match &text {
+            let replied = reply.as_ref().map(|r| {
+                let bytes: Vec<u8> = s
+                    .prompt
+                    .iter()
+                    .filter(|&&t| t < 256)
+                    .map(|&t| t as u8)
+                    .collect();
+                r(&String::from_utf8_lossy(&bytes))
+            });
+            match replied.as_ref().or(text.as_ref()) {
                 Some(t) => match t.as_bytes().get(s.output.len()) {
                     Some(&b) => vec![u32::from(b)],
                     None => vec![256],
