@@ -264,43 +264,54 @@ pub(crate) async fn prepare(state: &AppState, body: &Bytes) -> Result<Prepared, 
     })
 }
 
-/// Submits a prepared request as `id`, with its client key (header,
-/// `user`, API key) and the access log's note: the stream of its outputs.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn start(
-    state: &AppState,
-    id: &str,
-    headers: &HeaderMap,
-    api_key: Option<&ApiKeyClient>,
-    access: Option<&AccessNote>,
-    user: Option<&str>,
-    prompt: Vec<u32>,
-    sp: &sluice_engine::SamplingParams,
-    priority: i64,
-    structured: Option<&crate::structured::Requested>,
-    structured_after: Option<&[u32]>,
-) -> Result<futures::stream::BoxStream<'static, Event>, ApiError> {
-    let client_key = client_key(headers, &state.inner.client_id_header, user, api_key);
-    let submitted = Submitted {
-        request_id: id,
-        client_key: client_key.clone(),
-        prompts: 1,
-        prompt_tokens: prompt.len(),
-        choices: sp.n,
-    };
-    let events = submit(
-        state,
-        id,
-        vec![prompt],
-        sp,
-        priority,
-        structured.map(|r| crate::submit::Structured {
-            constraint: &r.constraint,
-            after: structured_after,
-        }),
-        client_key,
-    )?;
-    Ok(access_log::observe(access, submitted, events))
+/// Who sent a request: what its client key and access-log line are made
+/// of (the handler's extractors).
+pub(crate) struct Caller<'a> {
+    pub headers: &'a HeaderMap,
+    pub api_key: Option<&'a Extension<ApiKeyClient>>,
+    pub access: Option<&'a Extension<AccessNote>>,
+}
+
+impl Prepared {
+    /// Submits the request as `id`, with its client key (header, `user`,
+    /// API key) and the access log's note: the stream of its outputs.
+    pub(crate) fn start(
+        &self,
+        state: &AppState,
+        id: &str,
+        caller: &Caller<'_>,
+    ) -> Result<futures::stream::BoxStream<'static, Event>, ApiError> {
+        let client_key = client_key(
+            caller.headers,
+            &state.inner.client_id_header,
+            self.req.user.as_deref(),
+            caller.api_key.map(|Extension(k)| k),
+        );
+        let submitted = Submitted {
+            request_id: id,
+            client_key: client_key.clone(),
+            prompts: 1,
+            prompt_tokens: self.prompt.len(),
+            choices: self.params.n,
+        };
+        let events = submit(
+            state,
+            id,
+            vec![self.prompt.clone()],
+            &self.params,
+            self.priority,
+            self.structured.as_ref().map(|r| crate::submit::Structured {
+                constraint: &r.constraint,
+                after: self.structured_after.as_deref(),
+            }),
+            client_key,
+        )?;
+        Ok(access_log::observe(
+            caller.access.map(|Extension(a)| a),
+            submitted,
+            events,
+        ))
+    }
 }
 
 pub async fn chat_completions(
@@ -310,34 +321,24 @@ pub async fn chat_completions(
     access: Option<Extension<AccessNote>>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
+    let p = prepare(&state, &body).await?;
+    let id = state.new_id("chatcmpl");
+    let caller = Caller {
+        headers: &headers,
+        api_key: api_key.as_ref(),
+        access: access.as_ref(),
+    };
+    let events = p.start(&state, &id, &caller)?;
     let Prepared {
         req,
-        prompt,
         params: sp,
-        priority,
-        structured,
-        structured_after,
         turn,
         want_logprobs,
         top_n,
         ..
-    } = prepare(&state, &body).await?;
+    } = p;
     let tok = state.engine().tokenizer().clone();
-    let id = state.new_id("chatcmpl");
     let n = sp.n;
-    let events = start(
-        &state,
-        &id,
-        &headers,
-        api_key.as_ref().map(|Extension(k)| k),
-        access.as_ref().map(|Extension(a)| a),
-        req.user.as_deref(),
-        prompt,
-        &sp,
-        priority,
-        structured.as_ref(),
-        structured_after.as_deref(),
-    )?;
     if req.sampling.stream() {
         let include_usage = req.sampling.include_usage();
         return Ok(stream_response(

@@ -26,18 +26,7 @@ async fn server(
 }
 
 async fn post(s: &TestServer, path: &str, body: Value) -> (u16, Value) {
-    let r = reqwest::Client::new()
-        .post(format!("{}{path}", s.base()))
-        .json(&body)
-        .send()
-        .await
-        .expect("request sent");
-    let status = r.status().as_u16();
-    let text = r.text().await.expect("body");
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
+    s.post(path, &body).await
 }
 
 fn body(extra: Value) -> Value {
@@ -397,7 +386,6 @@ async fn refusals_are_anthropic_errors_naming_the_field() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn official_anthropic_python_client() {
-    let python = common::python("anthropic");
     let plain = server(None, |c| c.api_keys = vec!["sk-local".into()]).await;
     let tools = server(
         Some(
@@ -410,22 +398,8 @@ async fn official_anthropic_python_client() {
         },
     )
     .await;
-    let script =
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/anthropic_client.py");
-    let out = tokio::process::Command::new(&python)
-        .arg(&script)
-        .arg(plain.base())
-        .arg(tools.base())
-        .arg("claude-local")
-        .output()
-        .await
-        .expect("python runs");
+    let args = [plain.base(), tools.base(), "claude-local".to_string()];
+    common::run_python("anthropic", "anthropic_client.py", &args, &[]).await;
     plain.shutdown().await;
     tools.shutdown().await;
-    assert!(
-        out.status.success(),
-        "anthropic client checks failed:\nstdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }

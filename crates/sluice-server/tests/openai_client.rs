@@ -6,28 +6,16 @@
 
 mod common;
 
-use common::{python, TestServer};
-use std::path::PathBuf;
+use common::TestServer;
 use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn official_openai_python_client() {
-    let python = python("openai");
     let server = TestServer::start("sluice-test", None, Duration::ZERO).await;
-    let addr = server.addr;
-    let script_path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/openai_client.py");
-    let out = tokio::process::Command::new(&python)
-        .arg(&script_path)
-        .arg(format!("http://{addr}/v1"))
-        .arg("sluice-test")
-        .output()
-        .await
-        .expect("python runs");
+    let args = [
+        format!("http://{}/v1", server.addr),
+        "sluice-test".to_string(),
+    ];
+    common::run_python("openai", "openai_client.py", &args, &[]).await;
     server.shutdown().await;
-    assert!(
-        out.status.success(),
-        "openai client checks failed:\nstdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }

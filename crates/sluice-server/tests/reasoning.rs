@@ -27,18 +27,7 @@ async fn server(text: &str, parser: ReasoningParserKind, tools: bool) -> TestSer
 }
 
 async fn post(s: &TestServer, body: Value) -> (u16, Value) {
-    let r = reqwest::Client::new()
-        .post(format!("{}/v1/chat/completions", s.base()))
-        .json(&body)
-        .send()
-        .await
-        .expect("request sent");
-    let status = r.status().as_u16();
-    let text = r.text().await.expect("body");
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
+    s.post("/v1/chat/completions", &body).await
 }
 
 /// The streamed deltas' reasoning and content, each joined (`None` when no

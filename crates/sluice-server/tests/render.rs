@@ -11,14 +11,7 @@ use serde_json::{json, Value};
 use std::time::Duration;
 
 async fn post(s: &TestServer, path: &str, body: &Value) -> (u16, Value) {
-    let r = reqwest::Client::new()
-        .post(format!("{}{path}", s.base()))
-        .json(body)
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or(Value::Null))
+    s.post(path, body).await
 }
 
 fn ids(v: &Value) -> Vec<u32> {

@@ -44,17 +44,7 @@ async fn send(
     path: &str,
     body: Option<Value>,
 ) -> (u16, Value) {
-    let mut r = reqwest::Client::new().request(method, format!("{}{path}", s.base()));
-    if let Some(b) = body {
-        r = r.json(&b);
-    }
-    let r = r.send().await.expect("request sent");
-    let status = r.status().as_u16();
-    let text = r.text().await.expect("body");
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
+    s.request(method, path, body.as_ref()).await
 }
 
 async fn create(s: &TestServer, body: Value) -> (u16, Value) {
@@ -530,7 +520,6 @@ fn agent_reply() -> Reply {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn official_openai_client_and_agents_sdk() {
-    let python = common::python("openai and openai-agents");
     let plain = server(Options::default()).await;
     let tools = server(Options {
         reply: Some(agent_reply()),
@@ -541,23 +530,19 @@ async fn official_openai_client_and_agents_sdk() {
         ..Options::default()
     })
     .await;
-    let script =
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/openai_responses.py");
-    let out = tokio::process::Command::new(&python)
-        .arg(&script)
-        .arg(format!("{}/v1", plain.base()))
-        .arg(format!("{}/v1", tools.base()))
-        .arg("sluice-test")
-        .env("OPENAI_AGENTS_DISABLE_TRACING", "1")
-        .output()
-        .await
-        .expect("python runs");
+    let args = [
+        format!("{}/v1", plain.base()),
+        format!("{}/v1", tools.base()),
+        "sluice-test".to_string(),
+    ];
+    let env = [("OPENAI_AGENTS_DISABLE_TRACING", "1")];
+    common::run_python(
+        "openai and openai-agents",
+        "openai_responses.py",
+        &args,
+        &env,
+    )
+    .await;
     plain.shutdown().await;
     tools.shutdown().await;
-    assert!(
-        out.status.success(),
-        "openai Responses checks failed:\nstdout:\n{}\nstderr:\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }

@@ -21,16 +21,7 @@ async fn server(text: Option<&str>, parser: Option<ToolParserKind>) -> TestServe
 }
 
 async fn post(s: &TestServer, path: &str, body: Value) -> (u16, Value) {
-    let r = reqwest::Client::new()
-        .post(format!("{}{path}", s.base()))
-        .json(&body)
-        .send()
-        .await
-        .expect("request sent");
-    let status = r.status().as_u16();
-    let text = r.text().await.expect("body");
-    let v = serde_json::from_str(&text).unwrap_or(Value::String(text));
-    (status, v)
+    s.post(path, &body).await
 }
 
 async fn post_stream(s: &TestServer, path: &str, body: Value) -> Vec<Value> {

@@ -82,20 +82,12 @@ pub async fn messages(
     let p = prepare(&state, &body, Endpoint::Messages).await?;
     let id = state.new_id("msg");
     let prompt_tokens = p.prompt.len();
-    let events = crate::chat::start(
-        &state,
-        &id,
-        &headers,
-        api_key.as_ref().map(|Extension(k)| k),
-        access.as_ref().map(|Extension(a)| a),
-        p.req.user.as_deref(),
-        p.prompt,
-        &p.params,
-        p.priority,
-        p.structured.as_ref(),
-        p.structured_after.as_deref(),
-    )
-    .map_err(renamed)?;
+    let caller = crate::chat::Caller {
+        headers: &headers,
+        api_key: api_key.as_ref(),
+        access: access.as_ref(),
+    };
+    let events = p.start(&state, &id, &caller).map_err(renamed)?;
     let model = state.inner.model_name.clone();
     if p.req.sampling.stream() {
         let render = response::Stream::new(id, model, prompt_tokens, p.turn.stream());

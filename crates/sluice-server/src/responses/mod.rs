@@ -169,20 +169,12 @@ pub async fn create(
     let mut conversation = history;
     conversation.extend(translated.added);
     let cancel = responses.start(&id, Value::Null);
-    let events = crate::chat::start(
-        &state,
-        &id,
-        &headers,
-        api_key.as_ref().map(|Extension(k)| k),
-        access.as_ref().map(|Extension(a)| a),
-        p.req.user.as_deref(),
-        p.prompt.clone(),
-        &p.params,
-        p.priority,
-        p.structured.as_ref(),
-        p.structured_after.as_deref(),
-    )
-    .map_err(|e| {
+    let caller = crate::chat::Caller {
+        headers: &headers,
+        api_key: api_key.as_ref(),
+        access: access.as_ref(),
+    };
+    let events = p.start(&state, &id, &caller).map_err(|e| {
         responses.delete(&id);
         renamed(e)
     })?;

@@ -27,11 +27,57 @@ fn item_id(prefix: &str) -> String {
     )
 }
 
+/// The two items made of one text part: thinking and the answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TextKind {
+    Reasoning,
+    Message,
+}
+
+impl TextKind {
+    /// The item as it opens (its part comes with `content_part.added`).
+    fn item(self) -> Value {
+        match self {
+            TextKind::Reasoning => json!({"type": "reasoning", "id": item_id("rs"), "summary": [],
+                                          "content": [], "status": "in_progress"}),
+            TextKind::Message => json!({"type": "message", "id": item_id("msg"),
+                                        "status": "in_progress", "role": "assistant",
+                                        "content": []}),
+        }
+    }
+
+    fn part(self) -> Value {
+        match self {
+            TextKind::Reasoning => json!({"type": "reasoning_text", "text": ""}),
+            TextKind::Message => {
+                json!({"type": "output_text", "text": "", "annotations": [], "logprobs": []})
+            }
+        }
+    }
+
+    fn events(self) -> (&'static str, &'static str) {
+        match self {
+            TextKind::Reasoning => (
+                "response.reasoning_text.delta",
+                "response.reasoning_text.done",
+            ),
+            TextKind::Message => ("response.output_text.delta", "response.output_text.done"),
+        }
+    }
+
+    /// Adds the fields only the answer's events carry.
+    fn extend(self, mut event: Value) -> Value {
+        if self == TextKind::Message {
+            event["logprobs"] = json!([]);
+        }
+        event
+    }
+}
+
 /// What the open item is, and its position in `output`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Open {
-    Reasoning(usize),
-    Message(usize),
+    Text(TextKind, usize),
     /// A call: its index among the turn's calls, its output index.
     Call(usize, usize),
 }
@@ -131,31 +177,12 @@ impl Builder {
             return;
         };
         match open {
-            Open::Reasoning(i) => {
+            Open::Text(kind, i) => {
                 let id = self.items[i]["id"].clone();
                 let text = self.items[i]["content"][0]["text"].clone();
-                self.emit(
-                    events,
-                    "response.reasoning_text.done",
-                    json!({"item_id": id, "output_index": i, "content_index": 0, "text": text}),
-                );
-                let part = self.items[i]["content"][0].clone();
-                self.emit(
-                    events,
-                    "response.content_part.done",
-                    json!({"item_id": id, "output_index": i, "content_index": 0, "part": part}),
-                );
-                self.items[i]["status"] = json!("completed");
-            }
-            Open::Message(i) => {
-                let id = self.items[i]["id"].clone();
-                let text = self.items[i]["content"][0]["text"].clone();
-                self.emit(
-                    events,
-                    "response.output_text.done",
-                    json!({"item_id": id, "output_index": i, "content_index": 0, "text": text,
-                           "logprobs": []}),
-                );
+                let done = kind.extend(json!({"item_id": id, "output_index": i,
+                                              "content_index": 0, "text": text}));
+                self.emit(events, kind.events().1, done);
                 let part = self.items[i]["content"][0].clone();
                 self.emit(
                     events,
@@ -176,7 +203,7 @@ impl Builder {
                 self.items[i]["status"] = json!("completed");
             }
         }
-        let (Open::Reasoning(i) | Open::Message(i) | Open::Call(_, i)) = open;
+        let (Open::Text(_, i) | Open::Call(_, i)) = open;
         let item = self.items[i].clone();
         self.emit(
             events,
@@ -185,15 +212,15 @@ impl Builder {
         );
     }
 
-    fn reasoning(&mut self, text: &str, events: &mut Vec<Named>) {
+    /// Appends `text` to the open item of `kind`, opening one (and closing
+    /// the item open before) when needed.
+    fn text(&mut self, kind: TextKind, text: &str, events: &mut Vec<Named>) {
         let i = match self.open {
-            Some(Open::Reasoning(i)) => i,
+            Some(Open::Text(k, i)) if k == kind => i,
             _ => {
                 self.close(events);
-                let item = json!({"type": "reasoning", "id": item_id("rs"), "summary": [],
-                                  "content": [], "status": "in_progress"});
-                let i = self.add_item(item, events);
-                let part = json!({"type": "reasoning_text", "text": ""});
+                let i = self.add_item(kind.item(), events);
+                let part = kind.part();
                 self.items[i]["content"] = json!([part.clone()]);
                 let id = self.items[i]["id"].clone();
                 self.emit(
@@ -201,48 +228,15 @@ impl Builder {
                     "response.content_part.added",
                     json!({"item_id": id, "output_index": i, "content_index": 0, "part": part}),
                 );
-                self.open = Some(Open::Reasoning(i));
+                self.open = Some(Open::Text(kind, i));
                 i
             }
         };
         append(&mut self.items[i]["content"][0]["text"], text);
         let id = self.items[i]["id"].clone();
-        self.emit(
-            events,
-            "response.reasoning_text.delta",
-            json!({"item_id": id, "output_index": i, "content_index": 0, "delta": text}),
-        );
-    }
-
-    fn text(&mut self, text: &str, events: &mut Vec<Named>) {
-        let i = match self.open {
-            Some(Open::Message(i)) => i,
-            _ => {
-                self.close(events);
-                let item = json!({"type": "message", "id": item_id("msg"), "status": "in_progress",
-                                  "role": "assistant", "content": []});
-                let i = self.add_item(item, events);
-                let part = json!({"type": "output_text", "text": "", "annotations": [],
-                                  "logprobs": []});
-                self.items[i]["content"] = json!([part.clone()]);
-                let id = self.items[i]["id"].clone();
-                self.emit(
-                    events,
-                    "response.content_part.added",
-                    json!({"item_id": id, "output_index": i, "content_index": 0, "part": part}),
-                );
-                self.open = Some(Open::Message(i));
-                i
-            }
-        };
-        append(&mut self.items[i]["content"][0]["text"], text);
-        let id = self.items[i]["id"].clone();
-        self.emit(
-            events,
-            "response.output_text.delta",
-            json!({"item_id": id, "output_index": i, "content_index": 0, "delta": text,
-                   "logprobs": []}),
-        );
+        let delta = kind
+            .extend(json!({"item_id": id, "output_index": i, "content_index": 0, "delta": text}));
+        self.emit(events, kind.events().0, delta);
     }
 
     fn call(&mut self, d: crate::tools::ToolCallDelta, events: &mut Vec<Named>) {
@@ -338,10 +332,10 @@ impl Render for Builder {
         let fin = out.finished.as_ref();
         let delta = self.turn.push(out.text, fin.is_some(), out.token_ids.len());
         if let Some(r) = delta.reasoning {
-            self.reasoning(&r, &mut events);
+            self.text(TextKind::Reasoning, &r, &mut events);
         }
         if let Some(t) = delta.content.filter(|t| !t.is_empty()) {
-            self.text(&t, &mut events);
+            self.text(TextKind::Message, &t, &mut events);
         }
         for d in delta.tool_calls {
             self.call(d, &mut events);

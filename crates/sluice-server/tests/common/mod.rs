@@ -143,6 +143,29 @@ impl TestServer {
         format!("http://{}", self.addr)
     }
 
+    /// Sends `body` (as JSON) to `path`: the status and the answer (its
+    /// JSON, or its text as a JSON string).
+    pub async fn request(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&serde_json::Value>,
+    ) -> (u16, serde_json::Value) {
+        let mut r = reqwest::Client::new().request(method, format!("{}{path}", self.base()));
+        if let Some(b) = body {
+            r = r.json(b);
+        }
+        let r = r.send().await.expect("request sent");
+        let status = r.status().as_u16();
+        let text = r.text().await.expect("body");
+        let v = serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
+        (status, v)
+    }
+
+    pub async fn post(&self, path: &str, body: &serde_json::Value) -> (u16, serde_json::Value) {
+        self.request(reqwest::Method::POST, path, Some(body)).await
+    }
+
     /// Signals shutdown without waiting for it.
     pub fn signal_shutdown(&mut self) {
         if let Some(tx) = self.stop.take() {
@@ -182,4 +205,25 @@ pub fn python(package: &str) -> std::path::PathBuf {
          packages) or set SLUICE_PYTHON"
     );
     venv
+}
+
+/// Runs `tests/SCRIPT` with the client Python (`python(package)`) and
+/// `args`; fails with its output unless it exits 0.
+pub async fn run_python(package: &str, script: &str, args: &[String], env: &[(&str, &str)]) {
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join(script);
+    let out = tokio::process::Command::new(python(package))
+        .arg(&path)
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .await
+        .expect("python runs");
+    assert!(
+        out.status.success(),
+        "{script} failed:\nstdout:\n{}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
