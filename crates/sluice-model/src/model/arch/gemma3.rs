@@ -51,13 +51,7 @@ impl Arch for Gemma3 {
     }
 
     fn pieces(&self, s: ConfigSwitches) -> LayerPieces {
-        let attention_bias = s.attention_bias.unwrap_or(false);
-        LayerPieces {
-            qkv_bias: attention_bias,
-            o_bias: attention_bias,
-            qk_norm: true,
-            mlp_bias: false,
-        }
+        LayerPieces::qk_norm_layer(s)
     }
 
     fn hf_sliding_window_in_force(&self, _use_sliding_window: Option<bool>) -> bool {

@@ -127,6 +127,20 @@ pub struct LayerPieces {
     pub mlp_bias: bool,
 }
 
+impl LayerPieces {
+    /// Qwen3's layer (Gemma 3's too): q/k norms, attention biases only
+    /// where `attention_bias` says, none in the MLP.
+    pub(super) fn qk_norm_layer(s: ConfigSwitches) -> Self {
+        let attention_bias = s.attention_bias.unwrap_or(false);
+        LayerPieces {
+            qkv_bias: attention_bias,
+            o_bias: attention_bias,
+            qk_norm: true,
+            mlp_bias: false,
+        }
+    }
+}
+
 /// The switches of a config that decide a layer's pieces, whatever format
 /// the config came from (`config.json` fields, or what a GGUF loader knows;
 /// `None` when the config does not say).
