@@ -140,6 +140,7 @@ fn table_geometry_and_names() {
         (QuantFormat::Q4K, "Q4_K", 12, 256, 144),
         (QuantFormat::Q5K, "Q5_K", 13, 256, 176),
         (QuantFormat::Q6K, "Q6_K", 14, 256, 210),
+        (QuantFormat::IQ4NL, "IQ4_NL", 20, 32, 18),
     ];
     for (f, name, id, block, bytes) in expect {
         assert_eq!(f.name(), name);

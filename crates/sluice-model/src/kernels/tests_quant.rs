@@ -48,7 +48,7 @@ impl Rng {
 }
 
 /// The integer formats.
-const QUANT: [QuantFormat; 8] = [
+const QUANT: [QuantFormat; 9] = [
     QuantFormat::Q8_0,
     QuantFormat::Q4_0,
     QuantFormat::Q4_1,
@@ -57,6 +57,7 @@ const QUANT: [QuantFormat; 8] = [
     QuantFormat::Q4K,
     QuantFormat::Q5K,
     QuantFormat::Q6K,
+    QuantFormat::IQ4NL,
 ];
 
 /// Byte offsets of a block's f16 scale fields.
@@ -233,6 +234,11 @@ fn q5_k_every_path_layout_batch_and_thread_count_is_exact() {
 #[test]
 fn q6_k_every_path_layout_batch_and_thread_count_is_exact() {
     check_format_exact(QuantFormat::Q6K, 512, 21, 8);
+}
+
+#[test]
+fn iq4_nl_every_path_layout_batch_and_thread_count_is_exact() {
+    check_format_exact(QuantFormat::IQ4NL, 96, 37, 9);
 }
 
 /// `got` against the dequantize-then-f32 reference, within the tolerance

@@ -28,6 +28,7 @@
 pub(crate) mod bf16;
 pub(crate) mod f16;
 pub(crate) mod f32;
+pub(crate) mod iq4_nl;
 pub(crate) mod q4_0;
 pub(crate) mod q4_1;
 pub(crate) mod q4_k;
@@ -55,6 +56,7 @@ pub enum QuantFormat {
     Q4K,
     Q5K,
     Q6K,
+    IQ4NL,
 }
 
 /// Encodes f32 values (whole blocks) into `blocks`.
@@ -77,7 +79,7 @@ pub(crate) struct FormatInfo {
 }
 
 /// The table, in `QuantFormat` order.
-static FORMATS: [&FormatInfo; 11] = [
+static FORMATS: [&FormatInfo; 12] = [
     &f32::INFO,
     &f16::INFO,
     &bf16::INFO,
@@ -89,6 +91,7 @@ static FORMATS: [&FormatInfo; 11] = [
     &q4_k::INFO,
     &q5_k::INFO,
     &q6_k::INFO,
+    &iq4_nl::INFO,
 ];
 
 /// Errors of the row functions: a shape that does not fit the format.
@@ -113,7 +116,7 @@ pub enum FormatError {
 
 impl QuantFormat {
     /// Every format, in table order.
-    pub const ALL: [QuantFormat; 11] = [
+    pub const ALL: [QuantFormat; 12] = [
         QuantFormat::F32,
         QuantFormat::F16,
         QuantFormat::Bf16,
@@ -125,6 +128,7 @@ impl QuantFormat {
         QuantFormat::Q4K,
         QuantFormat::Q5K,
         QuantFormat::Q6K,
+        QuantFormat::IQ4NL,
     ];
 
     pub(crate) fn info(self) -> &'static FormatInfo {
@@ -133,7 +137,7 @@ impl QuantFormat {
         info
     }
 
-    /// ggml's name: `F32`, `F16`, `BF16`, `Q8_0`, ..., `Q4_K`, `Q5_K`, `Q6_K`.
+    /// ggml's name: `F32`, `F16`, `BF16`, `Q8_0`, ..., `Q6_K`, `IQ4_NL`.
     pub fn name(self) -> &'static str {
         self.info().ggml.name()
     }

@@ -9,7 +9,7 @@
 //! Panel block (16 rows, 288 bytes): the 16 `d`, then for each 4-byte
 //! chunk `c` of the nibbles, 64 bytes holding row `r`'s bytes `4c..4c+4`
 //! at `4r`: their low nibbles are elements `4c..4c+4`, the high ones
-//! `16 + 4c..`.
+//! `16 + 4c..`. (IQ4_NL's panel block is the same.)
 
 #![allow(clippy::needless_range_loop)]
 
@@ -87,7 +87,7 @@ fn quantize(x: &[f32], out: &mut [u8]) {
     }
 }
 
-fn pack(blk: &[u8], r: usize, dst: &mut [u8]) {
+pub(crate) fn pack(blk: &[u8], r: usize, dst: &mut [u8]) {
     dst[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
     for c in 0..4 {
         dst[32 + 64 * c + 4 * r..32 + 64 * c + 4 * r + 4]
@@ -95,7 +95,7 @@ fn pack(blk: &[u8], r: usize, dst: &mut [u8]) {
     }
 }
 
-fn unpack(src: &[u8], r: usize, dst: &mut [u8]) {
+pub(crate) fn unpack(src: &[u8], r: usize, dst: &mut [u8]) {
     dst[..2].copy_from_slice(&src[2 * r..2 * r + 2]);
     for c in 0..4 {
         dst[2 + 4 * c..6 + 4 * c].copy_from_slice(&src[32 + 64 * c + 4 * r..36 + 64 * c + 4 * r]);
