@@ -141,6 +141,7 @@ fn table_geometry_and_names() {
         (QuantFormat::Q5K, "Q5_K", 13, 256, 176),
         (QuantFormat::Q6K, "Q6_K", 14, 256, 210),
         (QuantFormat::IQ4NL, "IQ4_NL", 20, 32, 18),
+        (QuantFormat::IQ4XS, "IQ4_XS", 23, 256, 136),
     ];
     for (f, name, id, block, bytes) in expect {
         assert_eq!(f.name(), name);

@@ -48,7 +48,7 @@ impl Rng {
 }
 
 /// The integer formats.
-const QUANT: [QuantFormat; 9] = [
+const QUANT: [QuantFormat; 10] = [
     QuantFormat::Q8_0,
     QuantFormat::Q4_0,
     QuantFormat::Q4_1,
@@ -58,6 +58,7 @@ const QUANT: [QuantFormat; 9] = [
     QuantFormat::Q5K,
     QuantFormat::Q6K,
     QuantFormat::IQ4NL,
+    QuantFormat::IQ4XS,
 ];
 
 /// Byte offsets of a block's f16 scale fields.
@@ -239,6 +240,11 @@ fn q6_k_every_path_layout_batch_and_thread_count_is_exact() {
 #[test]
 fn iq4_nl_every_path_layout_batch_and_thread_count_is_exact() {
     check_format_exact(QuantFormat::IQ4NL, 96, 37, 9);
+}
+
+#[test]
+fn iq4_xs_every_path_layout_batch_and_thread_count_is_exact() {
+    check_format_exact(QuantFormat::IQ4XS, 512, 21, 10);
 }
 
 /// `got` against the dequantize-then-f32 reference, within the tolerance

@@ -29,6 +29,7 @@ pub(crate) mod bf16;
 pub(crate) mod f16;
 pub(crate) mod f32;
 pub(crate) mod iq4_nl;
+pub(crate) mod iq4_xs;
 pub(crate) mod q4_0;
 pub(crate) mod q4_1;
 pub(crate) mod q4_k;
@@ -57,6 +58,7 @@ pub enum QuantFormat {
     Q5K,
     Q6K,
     IQ4NL,
+    IQ4XS,
 }
 
 /// Encodes f32 values (whole blocks) into `blocks`.
@@ -79,7 +81,7 @@ pub(crate) struct FormatInfo {
 }
 
 /// The table, in `QuantFormat` order.
-static FORMATS: [&FormatInfo; 12] = [
+static FORMATS: [&FormatInfo; 13] = [
     &f32::INFO,
     &f16::INFO,
     &bf16::INFO,
@@ -92,6 +94,7 @@ static FORMATS: [&FormatInfo; 12] = [
     &q5_k::INFO,
     &q6_k::INFO,
     &iq4_nl::INFO,
+    &iq4_xs::INFO,
 ];
 
 /// Errors of the row functions: a shape that does not fit the format.
@@ -116,7 +119,7 @@ pub enum FormatError {
 
 impl QuantFormat {
     /// Every format, in table order.
-    pub const ALL: [QuantFormat; 12] = [
+    pub const ALL: [QuantFormat; 13] = [
         QuantFormat::F32,
         QuantFormat::F16,
         QuantFormat::Bf16,
@@ -129,6 +132,7 @@ impl QuantFormat {
         QuantFormat::Q5K,
         QuantFormat::Q6K,
         QuantFormat::IQ4NL,
+        QuantFormat::IQ4XS,
     ];
 
     pub(crate) fn info(self) -> &'static FormatInfo {
@@ -137,7 +141,7 @@ impl QuantFormat {
         info
     }
 
-    /// ggml's name: `F32`, `F16`, `BF16`, `Q8_0`, ..., `Q6_K`, `IQ4_NL`.
+    /// ggml's name: `F32`, `F16`, `BF16`, `Q8_0`, ..., `Q6_K`, `IQ4_NL`, `IQ4_XS`.
     pub fn name(self) -> &'static str {
         self.info().ggml.name()
     }

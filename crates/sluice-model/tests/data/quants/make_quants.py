@@ -47,6 +47,7 @@ TYPES = [
     (T.Q5_K, False, [256, 512]),
     (T.Q6_K, False, [256, 512]),
     (T.IQ4_NL, False, [32, 96, 320]),
+    (T.IQ4_XS, False, [256, 512]),
 ]
 ROWS = 3
 
@@ -62,6 +63,7 @@ F16_FIELDS = {
     T.Q5_K: [0, 2],
     T.Q6_K: [208],
     T.IQ4_NL: [0],
+    T.IQ4_XS: [0],
 }
 
 
