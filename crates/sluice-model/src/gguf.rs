@@ -96,7 +96,7 @@ fn stored_format(info: &TensorInfo) -> Result<QuantFormat> {
     QuantFormat::from_ggml_type(t.id()).ok_or_else(|| {
         anyhow!(
             "{}: type {} is not supported (sluice runs F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, \
-             Q5_1, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS)",
+             Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS)",
             info.name(),
             t.name()
         )

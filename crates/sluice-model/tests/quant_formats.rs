@@ -142,6 +142,8 @@ fn table_geometry_and_names() {
         (QuantFormat::Q6K, "Q6_K", 14, 256, 210),
         (QuantFormat::IQ4NL, "IQ4_NL", 20, 32, 18),
         (QuantFormat::IQ4XS, "IQ4_XS", 23, 256, 136),
+        (QuantFormat::Q2K, "Q2_K", 10, 256, 84),
+        (QuantFormat::Q3K, "Q3_K", 11, 256, 110),
     ];
     for (f, name, id, block, bytes) in expect {
         assert_eq!(f.name(), name);
@@ -152,9 +154,9 @@ fn table_geometry_and_names() {
         assert_eq!(QuantFormat::from_name(&name.to_lowercase()), Some(f));
     }
     assert_eq!(
-        QuantFormat::from_ggml_type(10),
+        QuantFormat::from_ggml_type(16),
         None,
-        "Q2_K is not supported"
+        "IQ2_XXS is not supported"
     );
     assert!(QuantFormat::Q4K.row_bytes(100).is_err());
     assert!(QuantFormat::Q4K

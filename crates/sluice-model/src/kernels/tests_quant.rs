@@ -48,7 +48,7 @@ impl Rng {
 }
 
 /// The integer formats.
-const QUANT: [QuantFormat; 10] = [
+const QUANT: [QuantFormat; 12] = [
     QuantFormat::Q8_0,
     QuantFormat::Q4_0,
     QuantFormat::Q4_1,
@@ -59,6 +59,8 @@ const QUANT: [QuantFormat; 10] = [
     QuantFormat::Q6K,
     QuantFormat::IQ4NL,
     QuantFormat::IQ4XS,
+    QuantFormat::Q2K,
+    QuantFormat::Q3K,
 ];
 
 /// Byte offsets of a block's f16 scale fields.
@@ -66,6 +68,8 @@ fn f16_fields(f: QuantFormat) -> &'static [usize] {
     match f {
         QuantFormat::Q4_1 | QuantFormat::Q5_1 | QuantFormat::Q4K | QuantFormat::Q5K => &[0, 2],
         QuantFormat::Q6K => &[208],
+        QuantFormat::Q2K => &[80, 82],
+        QuantFormat::Q3K => &[108],
         _ => &[0],
     }
 }
@@ -245,6 +249,16 @@ fn iq4_nl_every_path_layout_batch_and_thread_count_is_exact() {
 #[test]
 fn iq4_xs_every_path_layout_batch_and_thread_count_is_exact() {
     check_format_exact(QuantFormat::IQ4XS, 512, 21, 10);
+}
+
+#[test]
+fn q2_k_every_path_layout_batch_and_thread_count_is_exact() {
+    check_format_exact(QuantFormat::Q2K, 512, 21, 11);
+}
+
+#[test]
+fn q3_k_every_path_layout_batch_and_thread_count_is_exact() {
+    check_format_exact(QuantFormat::Q3K, 512, 21, 12);
 }
 
 /// `got` against the dequantize-then-f32 reference, within the tolerance

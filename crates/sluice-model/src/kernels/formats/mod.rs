@@ -30,6 +30,8 @@ pub(crate) mod f16;
 pub(crate) mod f32;
 pub(crate) mod iq4_nl;
 pub(crate) mod iq4_xs;
+pub(crate) mod q2_k;
+pub(crate) mod q3_k;
 pub(crate) mod q4_0;
 pub(crate) mod q4_1;
 pub(crate) mod q4_k;
@@ -59,6 +61,8 @@ pub enum QuantFormat {
     Q6K,
     IQ4NL,
     IQ4XS,
+    Q2K,
+    Q3K,
 }
 
 /// Encodes f32 values (whole blocks) into `blocks`.
@@ -81,7 +85,7 @@ pub(crate) struct FormatInfo {
 }
 
 /// The table, in `QuantFormat` order.
-static FORMATS: [&FormatInfo; 13] = [
+static FORMATS: [&FormatInfo; 15] = [
     &f32::INFO,
     &f16::INFO,
     &bf16::INFO,
@@ -95,6 +99,8 @@ static FORMATS: [&FormatInfo; 13] = [
     &q6_k::INFO,
     &iq4_nl::INFO,
     &iq4_xs::INFO,
+    &q2_k::INFO,
+    &q3_k::INFO,
 ];
 
 /// Errors of the row functions: a shape that does not fit the format.
@@ -119,7 +125,7 @@ pub enum FormatError {
 
 impl QuantFormat {
     /// Every format, in table order.
-    pub const ALL: [QuantFormat; 13] = [
+    pub const ALL: [QuantFormat; 15] = [
         QuantFormat::F32,
         QuantFormat::F16,
         QuantFormat::Bf16,
@@ -133,6 +139,8 @@ impl QuantFormat {
         QuantFormat::Q6K,
         QuantFormat::IQ4NL,
         QuantFormat::IQ4XS,
+        QuantFormat::Q2K,
+        QuantFormat::Q3K,
     ];
 
     pub(crate) fn info(self) -> &'static FormatInfo {
@@ -141,7 +149,7 @@ impl QuantFormat {
         info
     }
 
-    /// ggml's name: `F32`, `F16`, `BF16`, `Q8_0`, ..., `Q6_K`, `IQ4_NL`, `IQ4_XS`.
+    /// ggml's name: `F32`, `F16`, `BF16`, `Q8_0`, ..., `Q6_K`, `IQ4_NL`, `IQ4_XS`, `Q2_K`, `Q3_K`.
     pub fn name(self) -> &'static str {
         self.info().ggml.name()
     }

@@ -48,6 +48,8 @@ TYPES = [
     (T.Q6_K, False, [256, 512]),
     (T.IQ4_NL, False, [32, 96, 320]),
     (T.IQ4_XS, False, [256, 512]),
+    (T.Q2_K, False, [256, 512]),
+    (T.Q3_K, False, [256, 512]),
 ]
 ROWS = 3
 
@@ -64,6 +66,8 @@ F16_FIELDS = {
     T.Q6_K: [208],
     T.IQ4_NL: [0],
     T.IQ4_XS: [0],
+    T.Q2_K: [80, 82],
+    T.Q3_K: [108],
 }
 
 
