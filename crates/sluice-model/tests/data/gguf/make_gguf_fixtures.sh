@@ -21,12 +21,14 @@
 # Makes, from the random-weight fixtures ../tiny-llama, ../tiny-qwen2 and
 # ../tiny-qwen3:
 #   NAME.F32.gguf                convert_hf_to_gguf.py --outtype f32
-#   NAME.{Q8_0,Q4_0,Q5_0,Q4_K_M}.gguf   llama-quantize NAME.F32.gguf OUT TYPE
+#   NAME.{Q8_0,Q4_0,Q5_0,Q4_K_M,IQ4_NL}.gguf   llama-quantize NAME.F32.gguf OUT TYPE
 #   tiny-qwen2.{F16,BF16,Q4_1,Q5_1}.gguf  likewise
 # (their rows, 64-192 long, are not multiples of 256: Q4_K_M falls back to
 # Q5_0/Q8_0, and a Q6_K file would be all Q8_0, tensor for tensor the Q8_0
 # file, so none is kept), and tiny-llama-k256.{Q4_K_M,Q5_K_M,Q6_K}.gguf, real
-# K-quants, from make_tiny_llama_k256.py's model (its F32 file is not kept), then
+# K-quants, from make_tiny_llama_k256.py's model (its F32 file is not kept),
+# and tiny-llama-k256.{Q2_K,Q3_K_M,IQ4_XS}.gguf requantized from its Q6_K
+# file (llama-quantize --allow-requantize), then
 #   tensor-types.json            dump_tensor_types.py: each file's tensor types
 #   llamacpp/FILE.json           make_llamacpp_refs.py: greedy ids, 32 tokens,
 #                                the prompts of the fixture's reference.json
@@ -41,11 +43,13 @@ BIN=$LLAMA_CPP/build/bin
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-quantize() { # SRC NAME TYPE...
+quantize() { # [--allow-requantize] SRC NAME TYPE...
+  local flags=()
+  if [ "$1" = --allow-requantize ]; then flags=(--allow-requantize); shift; fi
   local src=$1 name=$2; shift 2
   for t in "$@"; do
-    "$BIN/llama-quantize" "$src" "$name.$t.gguf" "$t" 2 > "$tmp/quantize-$name-$t.log" 2>&1 ||
-      { cat "$tmp/quantize-$name-$t.log"; exit 1; }
+    "$BIN/llama-quantize" "${flags[@]}" "$src" "$name.$t.gguf" "$t" 2 \
+      > "$tmp/quantize-$name-$t.log" 2>&1 || { cat "$tmp/quantize-$name-$t.log"; exit 1; }
   done
 }
 
@@ -58,13 +62,16 @@ rm -f ./*.gguf llamacpp/*.json
 for spec in tiny-llama:llama-bpe tiny-qwen2:qwen2 tiny-qwen3:qwen2; do
   name=${spec%%:*} pre=${spec#*:}
   convert "$pre" "../$name" "$name.F32.gguf"
-  quantize "$name.F32.gguf" "$name" Q8_0 Q4_0 Q5_0 Q4_K_M
+  quantize "$name.F32.gguf" "$name" Q8_0 Q4_0 Q5_0 Q4_K_M IQ4_NL
 done
 quantize tiny-qwen2.F32.gguf tiny-qwen2 F16 BF16 Q4_1 Q5_1
 
 "$PYTHON" make_tiny_llama_k256.py "$tmp/k256" > /dev/null 2>&1
 convert llama-bpe "$tmp/k256" "$tmp/k256.F32.gguf"
 quantize "$tmp/k256.F32.gguf" tiny-llama-k256 Q4_K_M Q5_K_M Q6_K
+# The low-bit K and I types came later, from the Q6_K file (its F32 source
+# is not kept, and the model needs torch to rebuild): requantized.
+quantize --allow-requantize tiny-llama-k256.Q6_K.gguf tiny-llama-k256 Q2_K Q3_K_M IQ4_XS
 
 PYTHONPATH=$LLAMA_CPP/gguf-py "$PYTHON" dump_tensor_types.py *.gguf > tensor-types.json
 
@@ -73,8 +80,11 @@ refs=(--llama-cpp "$LLAMA_CPP" --bindings "$LLAMA_CPP_PYTHON/llama_cpp")
 for f in *.gguf; do
   name=${f%%.*}
   [ "$name" = tiny-llama-k256 ] && ref=../tiny-llama/reference.json || ref=../$name/reference.json
+  # The types added later are referenced without repacking (see
+  # make_llamacpp_refs.py --no-repack).
+  case $f in *.IQ4_NL.gguf | *.Q2_K.gguf | *.Q3_K_M.gguf | *.IQ4_XS.gguf) extra=(--no-repack) ;; *) extra=() ;; esac
   python3 make_llamacpp_refs.py "${refs[@]}" --model "$f" --prompts "fixture:$ref" \
-    --n-predict 32 --top 3 -o "llamacpp/${f%.gguf}.json"
+    --n-predict 32 --top 3 "${extra[@]}" -o "llamacpp/${f%.gguf}.json"
 done
 if [ -n "${SLUICE_SMOLLM2_GGUF:-}" ]; then
   python3 make_llamacpp_refs.py "${refs[@]}" --model "$SLUICE_SMOLLM2_GGUF" --prompts smollm2 \

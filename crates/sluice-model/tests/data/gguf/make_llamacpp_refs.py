@@ -35,7 +35,10 @@ above on the rendered prompt.
 
     python3 make_llamacpp_refs.py --llama-cpp LLAMA_CPP_DIR --bindings SDIST/llama_cpp \
         --model FILE.gguf --prompts smollm2|fixture:REFERENCE.json --n-predict 32 \
-        [--top 5] [--chat] -o OUT.json
+        [--top 5] [--chat] [--no-repack] -o OUT.json
+
+`--no-repack` runs the weights as stored (this build's repacked Q4_K /
+IQ4_XS path crashes llama-server; the low-bit K and I fixtures use it).
 
 `--prompts fixture:../tiny-llama/reference.json` takes the six prompts and the
 rendered chat prompt of a transformers reference file; `smollm2` the set below.
@@ -101,7 +104,7 @@ GGML_TYPE_F32 = 0
 class Direct:
     """libllama through llama-cpp-python's ctypes bindings."""
 
-    def __init__(self, bindings: Path, libdir: Path, model: Path):
+    def __init__(self, bindings: Path, libdir: Path, model: Path, repack: bool):
         os.environ["LLAMA_CPP_LIB_PATH"] = str(libdir)
         pkg = types.ModuleType("llama_cpp")  # skip the package's high-level __init__
         pkg.__path__ = [str(bindings)]
@@ -111,7 +114,9 @@ class Direct:
         self._quiet = L.llama_log_callback(lambda level, text, data: None)  # kept alive
         L.llama_log_set(self._quiet, None)
         L.llama_backend_init()
-        self.model = L.llama_model_load_from_file(str(model).encode(), L.llama_model_default_params())
+        mp = L.llama_model_default_params()
+        mp.use_extra_bufts = repack
+        self.model = L.llama_model_load_from_file(str(model).encode(), mp)
         assert self.model, model
         cp = L.llama_context_default_params()
         cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max = N_CTX, N_BATCH, N_UBATCH, 1
@@ -162,14 +167,14 @@ class Direct:
 
 
 class Server:
-    def __init__(self, bindir: Path, model: Path):
+    def __init__(self, bindir: Path, model: Path, extra: list):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         self.log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
             [str(bindir / "llama-server"), "-m", str(model), "--host", "127.0.0.1",
-             "--port", str(self.port), *SERVER_ARGS],
+             "--port", str(self.port), *SERVER_ARGS, *extra],
             stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 120
         while True:
@@ -235,6 +240,9 @@ def main() -> None:
     ap.add_argument("--n-predict", type=int, default=32)
     ap.add_argument("--top", type=int, default=5, help="top_logprobs kept per step")
     ap.add_argument("--chat", action="store_true", help="also answer CHATS with the chat template")
+    ap.add_argument("--no-repack", action="store_true",
+                    help="run the weights as stored, without the CPU backend's repacked "
+                         "layouts (libllama's use_extra_bufts off, llama-server --no-repack)")
     ap.add_argument("-o", "--out", type=Path, required=True)
     a = ap.parse_args()
     bindir = a.llama_cpp / "build" / "bin"
@@ -249,8 +257,9 @@ def main() -> None:
     else:
         sys.exit(f"unknown prompt set {a.prompts!r}")
 
-    direct = Direct(a.bindings, a.llama_cpp / "build-shared" / "bin", a.model)
-    srv = Server(bindir, a.model)
+    direct = Direct(a.bindings, a.llama_cpp / "build-shared" / "bin", a.model, not a.no_repack)
+    server_extra = ["--no-repack"] if a.no_repack else []
+    srv = Server(bindir, a.model, server_extra)
     out = {
         "what": "llama.cpp greedy reference outputs (see make_llamacpp_refs.py)",
         "model_file": a.model.name, "model_sha256": hashlib.sha256(a.model.read_bytes()).hexdigest(),
@@ -258,7 +267,8 @@ def main() -> None:
         "settings": {"type_k": "f32", "type_v": "f32", "flash_attn": "disabled", "n_seq_max": 1,
                      "n_ctx": N_CTX, "n_batch": N_BATCH, "n_ubatch": N_UBATCH, "threads": THREADS,
                      "n_predict": a.n_predict, "sampling": "argmax of the raw logits",
-                     "eog_tokens_kept": True, "server_args": SERVER_ARGS, "server_request": GREEDY},
+                     "eog_tokens_kept": True, "server_args": SERVER_ARGS + server_extra,
+                     "server_request": GREEDY, "repack": not a.no_repack},
         "prompts": [],
     }
     try:
