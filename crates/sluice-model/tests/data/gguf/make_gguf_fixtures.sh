@@ -8,6 +8,11 @@
 # copied to $LLAMA_CPP), built outside the repository:
 #   cmake -B build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_OPENSSL=OFF \
 #     -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_TESTS=OFF
+# (On a CPU with AMX, GGML_NATIVE=ON also builds ggml's AMX buffer type,
+# which crashed every run on the machine the IQ4_NL / Q2_K / Q3_K_M /
+# IQ4_XS fixtures were referenced on; they were made with GGML_NATIVE=OFF
+# and the AVX-512 (F, BW, VL, VNNI, VBMI, BF16), AVX-VNNI, AVX2, FMA, F16C
+# and BMI2 flags on, AMX off.)
 #   cmake --build build -j2 --target llama-quantize llama-server llama-tokenize
 #   cmake -B build-shared (the same flags) -DBUILD_SHARED_LIBS=ON
 #   cmake --build build-shared -j2 --target llama     # libllama.so for the sdist's ctypes bindings
@@ -80,11 +85,8 @@ refs=(--llama-cpp "$LLAMA_CPP" --bindings "$LLAMA_CPP_PYTHON/llama_cpp")
 for f in *.gguf; do
   name=${f%%.*}
   [ "$name" = tiny-llama-k256 ] && ref=../tiny-llama/reference.json || ref=../$name/reference.json
-  # The types added later are referenced without repacking (see
-  # make_llamacpp_refs.py --no-repack).
-  case $f in *.IQ4_NL.gguf | *.Q2_K.gguf | *.Q3_K_M.gguf | *.IQ4_XS.gguf) extra=(--no-repack) ;; *) extra=() ;; esac
   python3 make_llamacpp_refs.py "${refs[@]}" --model "$f" --prompts "fixture:$ref" \
-    --n-predict 32 --top 3 "${extra[@]}" -o "llamacpp/${f%.gguf}.json"
+    --n-predict 32 --top 3 -o "llamacpp/${f%.gguf}.json"
 done
 if [ -n "${SLUICE_SMOLLM2_GGUF:-}" ]; then
   python3 make_llamacpp_refs.py "${refs[@]}" --model "$SLUICE_SMOLLM2_GGUF" --prompts smollm2 \

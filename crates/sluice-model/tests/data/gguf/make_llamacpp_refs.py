@@ -37,8 +37,8 @@ above on the rendered prompt.
         --model FILE.gguf --prompts smollm2|fixture:REFERENCE.json --n-predict 32 \
         [--top 5] [--chat] [--no-repack] -o OUT.json
 
-`--no-repack` runs the weights as stored (this build's repacked Q4_K /
-IQ4_XS path crashes llama-server; the low-bit K and I fixtures use it).
+`--no-repack` runs the weights as stored, without the CPU backend's extra
+buffer types (repacked layouts, AMX): ggml's generic dot products.
 
 `--prompts fixture:../tiny-llama/reference.json` takes the six prompts and the
 rendered chat prompt of a transformers reference file; `smollm2` the set below.
