@@ -78,7 +78,7 @@ fn step(acc: f32, w: &[u8], a: &ActBlock<'_>) -> f32 {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+pub(crate) mod x86 {
     use super::{KVALUES, PANEL_BLOCK};
     use crate::kernels::quant::x86::{
         bcast256, bcast512, dpbusd256, rows_1_to_8, rows_in_fours, store256, store512,
@@ -86,8 +86,9 @@ mod x86 {
     use crate::kernels::quant::QTile;
     use std::arch::x86_64::*;
 
-    /// The levels offset by 128, as unsigned bytes (1..=241).
-    const UNSIGNED: [u8; 16] = {
+    /// The levels offset by 128, as unsigned bytes (1..=241); IQ4_XS's
+    /// kernel looks them up too.
+    pub(crate) const UNSIGNED: [u8; 16] = {
         let mut t = [0u8; 16];
         let mut i = 0;
         while i < 16 {

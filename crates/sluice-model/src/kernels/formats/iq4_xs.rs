@@ -144,23 +144,13 @@ fn step(acc: f32, w: &[u8], a: &ActBlock<'_>) -> f32 {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
+    use super::super::iq4_nl::x86::UNSIGNED;
     use super::{KVALUES, PANEL_BLOCK, QS, SCALES};
     use crate::kernels::quant::x86::{
         bcast256, bcast512, dpbusd256, rows_in_fours, store256, store512,
     };
     use crate::kernels::quant::QTile;
     use std::arch::x86_64::*;
-
-    /// The levels offset by 128, as unsigned bytes (1..=241).
-    const UNSIGNED: [u8; 16] = {
-        let mut t = [0u8; 16];
-        let mut i = 0;
-        while i < 16 {
-            t[i] = (KVALUES[i] as i16 + 128) as u8;
-            i += 1;
-        }
-        t
-    };
 
     /// # Safety
     /// As for `QKernel`; AVX-512F/BW/VL + VNNI.
