@@ -145,11 +145,8 @@ pub(crate) async fn prepare(state: &AppState, body: &Bytes) -> Result<Prepared, 
         Some(Value::Object(o)) => Some(o),
         Some(v) => return Err(type_error("chat_template_kwargs", "an object", v)),
     };
-    let include_reasoning = match raw.get("include_reasoning") {
-        None | Some(Value::Null) => true,
-        Some(Value::Bool(b)) => *b,
-        Some(v) => return Err(type_error("include_reasoning", "a boolean", v)),
-    };
+    let include_reasoning =
+        crate::json::opt_bool(raw.get("include_reasoning"), "include_reasoning")?.unwrap_or(true);
     let prompt = tok
         .apply_chat_template_with_kwargs(
             &values,

@@ -59,6 +59,32 @@ pub fn type_error(path: &str, expected: &str, got: &Value) -> ApiError {
     )
 }
 
+/// An optional boolean: `None` when absent or null, a 400 naming `path`
+/// when it is not a boolean.
+pub fn opt_bool(v: Option<&Value>, path: &str) -> Result<Option<bool>, ApiError> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(other) => Err(type_error(path, "a boolean", other)),
+    }
+}
+
+/// The string member `key` of `v` (at `path.key`): a 400 naming it when it
+/// is not a string, and `missing(path.key)` when it is absent or null (each
+/// API words that in its own way).
+pub fn string_member<'a>(
+    v: &'a Value,
+    path: &str,
+    key: &str,
+    missing: fn(&str) -> ApiError,
+) -> Result<&'a str, ApiError> {
+    match v.get(key) {
+        Some(Value::String(s)) => Ok(s),
+        None | Some(Value::Null) => Err(missing(&format!("{path}.{key}"))),
+        Some(other) => Err(type_error(&format!("{path}.{key}"), "a string", other)),
+    }
+}
+
 /// serde's name of an expected type, in JSON's words.
 fn json_type_name(expected: &str) -> String {
     match expected {

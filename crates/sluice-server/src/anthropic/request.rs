@@ -106,15 +106,11 @@ pub fn to_chat(
                 chat.insert(key.into(), v.clone());
             }
         }
-        match body.get("stream") {
-            None | Some(Value::Null) => {}
-            Some(Value::Bool(b)) => {
-                chat.insert("stream".into(), json!(b));
-                if *b {
-                    chat.insert("stream_options".into(), json!({"include_usage": true}));
-                }
+        if let Some(stream) = crate::json::opt_bool(body.get("stream"), "stream")? {
+            chat.insert("stream".into(), json!(stream));
+            if stream {
+                chat.insert("stream_options".into(), json!({"include_usage": true}));
             }
-            Some(v) => return Err(type_error("stream", "a boolean", v)),
         }
     }
     if let Some(meta) = body.get("metadata").filter(|v| !v.is_null()) {
@@ -170,7 +166,7 @@ fn system_text(system: Option<&Value>) -> Result<Option<String>, ApiError> {
                 let field = format!("system[{j}]");
                 match block_type(b, &field)? {
                     "text" => {
-                        let t = text_field(b, &field)?;
+                        let t = string_field(b, &field, "text")?;
                         // Claude Code's per-request attribution line would
                         // defeat prefix caching (vLLM drops it too).
                         if !t.starts_with("x-anthropic-billing-header") {
@@ -206,20 +202,8 @@ fn block_type<'a>(b: &'a Value, field: &str) -> Result<&'a str, ApiError> {
     }
 }
 
-fn text_field<'a>(b: &'a Value, field: &str) -> Result<&'a str, ApiError> {
-    match b.get("text") {
-        Some(Value::String(t)) => Ok(t),
-        None | Some(Value::Null) => Err(required(&format!("{field}.text"))),
-        Some(v) => Err(type_error(&format!("{field}.text"), "a string", v)),
-    }
-}
-
 fn string_field<'a>(b: &'a Value, field: &str, key: &str) -> Result<&'a str, ApiError> {
-    match b.get(key) {
-        Some(Value::String(t)) => Ok(t),
-        None | Some(Value::Null) => Err(required(&format!("{field}.{key}"))),
-        Some(v) => Err(type_error(&format!("{field}.{key}"), "a string", v)),
-    }
+    crate::json::string_member(b, field, key, required)
 }
 
 /// One Anthropic message → zero or more chat messages.
@@ -271,7 +255,7 @@ fn convert_message(
         let bf = format!("{field}.content[{j}]");
         match block_type(b, &bf)? {
             "text" => {
-                let t = text_field(b, &bf)?;
+                let t = string_field(b, &bf, "text")?;
                 if role == "system" {
                     extra_system.push_str(t);
                 } else if !t.is_empty() {
@@ -368,7 +352,7 @@ fn tool_result_text(b: &Value, field: &str) -> Result<String, ApiError> {
             for (k, item) in items.iter().enumerate() {
                 let f = format!("{field}.content[{k}]");
                 match block_type(item, &f)? {
-                    "text" => parts.push(text_field(item, &f)?.to_string()),
+                    "text" => parts.push(string_field(item, &f, "text")?.to_string()),
                     other => {
                         return Err(ApiError::invalid(
                             format!("{f}.type"),
@@ -460,18 +444,12 @@ fn convert_tools(
                 None | Some(Value::Null) => return Err(required("tool_choice.type")),
                 Some(v) => return Err(type_error("tool_choice.type", "a string", v)),
             };
-            match o.get("disable_parallel_tool_use") {
-                None | Some(Value::Null) => {}
-                Some(Value::Bool(b)) => {
-                    chat.insert("parallel_tool_calls".into(), json!(!b));
-                }
-                Some(v) => {
-                    return Err(type_error(
-                        "tool_choice.disable_parallel_tool_use",
-                        "a boolean",
-                        v,
-                    ))
-                }
+            let disable = crate::json::opt_bool(
+                o.get("disable_parallel_tool_use"),
+                "tool_choice.disable_parallel_tool_use",
+            )?;
+            if let Some(disable) = disable {
+                chat.insert("parallel_tool_calls".into(), json!(!disable));
             }
             Some(match kind {
                 "auto" => json!("auto"),

@@ -46,11 +46,7 @@ fn renamed(mut e: ApiError) -> ApiError {
 }
 
 fn flag(raw: &Map<String, Value>, key: &str, default: bool) -> Result<bool, ApiError> {
-    match raw.get(key) {
-        None | Some(Value::Null) => Ok(default),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(v) => Err(type_error(key, "a boolean", v)),
-    }
+    Ok(crate::json::opt_bool(raw.get(key), key)?.unwrap_or(default))
 }
 
 fn not_found(field: &str, id: &str) -> ApiError {
@@ -168,7 +164,7 @@ pub async fn create(
     let skeleton = skeleton(&raw, &id, &model, &p.params, store, background);
     let mut conversation = history;
     conversation.extend(translated.added);
-    let cancel = responses.start(&id, Value::Null);
+    let cancel = responses.start(&id);
     let caller = crate::chat::Caller {
         headers: &headers,
         api_key: api_key.as_ref(),

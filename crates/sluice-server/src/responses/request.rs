@@ -30,11 +30,7 @@ fn required(field: &str) -> ApiError {
 }
 
 fn string_field<'a>(v: &'a Value, field: &str, key: &str) -> Result<&'a str, ApiError> {
-    match v.get(key) {
-        Some(Value::String(s)) => Ok(s),
-        None | Some(Value::Null) => Err(required(&format!("{field}.{key}"))),
-        Some(other) => Err(type_error(&format!("{field}.{key}"), "a string", other)),
-    }
+    crate::json::string_member(v, field, key, required)
 }
 
 /// `body` (after `previous_response_id`'s `history`) as a chat body.
@@ -92,12 +88,8 @@ pub fn to_chat(body: &Map<String, Value>, history: Vec<Value>) -> Result<Transla
             chat.insert(key.into(), v.clone());
         }
     }
-    match body.get("stream") {
-        None | Some(Value::Null) => {}
-        Some(Value::Bool(b)) => {
-            chat.insert("stream".into(), json!(b));
-        }
-        Some(v) => return Err(type_error("stream", "a boolean", v)),
+    if let Some(stream) = crate::json::opt_bool(body.get("stream"), "stream")? {
+        chat.insert("stream".into(), json!(stream));
     }
     if let Some(format) = text_format(body)? {
         chat.insert("response_format".into(), format);

@@ -114,9 +114,9 @@ impl Store {
         }
     }
 
-    /// Registers a running response (its snapshot so far); returns the
-    /// signal that tells it it was cancelled.
-    pub fn start(&self, id: &str, snapshot: Value) -> watch::Receiver<bool> {
+    /// Registers a running response (`update_running` gives what it shows
+    /// while it runs); returns the signal that tells it it was cancelled.
+    pub fn start(&self, id: &str) -> watch::Receiver<bool> {
         let (tx, rx) = watch::channel(false);
         if !self.enabled() {
             return rx;
@@ -129,7 +129,7 @@ impl Store {
         inner.entries.insert(
             id.to_string(),
             Entry {
-                response: snapshot,
+                response: Value::Null,
                 history: Vec::new(),
                 cancel: Some(tx),
                 finished_at: None,
@@ -235,7 +235,7 @@ mod tests {
     #[test]
     fn the_oldest_finished_response_goes_first_and_running_ones_stay() {
         let s = store(2, Duration::from_secs(60));
-        let _a = s.start("a", json!({"status": "in_progress"}));
+        let _a = s.start("a");
         s.finish("b", json!({"status": "completed"}), vec![], true);
         s.finish("c", json!({"status": "completed"}), vec![], true);
         // Full: "b" (finished, oldest) made room for "c"; "a" runs on.
@@ -244,16 +244,16 @@ mod tests {
         assert!(s.get("c").is_some());
         assert_eq!(s.len(), 2);
         // Nothing finished to drop: a running one is kept over the bound.
-        let _d = s.start("d", json!({}));
+        let _d = s.start("d");
         assert_eq!(s.len(), 2, "c was dropped for d");
-        let _e = s.start("e", json!({}));
+        let _e = s.start("e");
         assert_eq!(s.len(), 3, "running responses are never dropped");
     }
 
     #[test]
     fn a_finished_response_expires_and_a_running_one_does_not() {
         let s = store(8, Duration::from_millis(30));
-        let _run = s.start("run", json!({}));
+        let _run = s.start("run");
         s.finish("done", json!({"status": "completed"}), vec![json!(1)], true);
         assert_eq!(s.get("done").unwrap().history, vec![json!(1)]);
         std::thread::sleep(Duration::from_millis(60));
@@ -264,7 +264,7 @@ mod tests {
     #[test]
     fn cancel_signals_only_running_responses() {
         let s = store(8, Duration::from_secs(60));
-        let rx = s.start("r", json!({}));
+        let rx = s.start("r");
         assert_eq!(s.cancel("r"), Ok(()));
         assert!(*rx.borrow());
         s.finish("r", json!({"status": "cancelled"}), vec![], true);
@@ -274,12 +274,12 @@ mod tests {
         );
         assert_eq!(s.cancel("x"), Err(CancelError::NotFound));
         // store: false: held while it ran, gone once finished.
-        let _rx = s.start("t", json!({}));
+        let _rx = s.start("t");
         s.finish("t", json!({}), vec![], false);
         assert!(s.get("t").is_none());
         // A store of size 0 keeps nothing.
         let off = store(0, Duration::from_secs(60));
-        let _rx = off.start("a", json!({}));
+        let _rx = off.start("a");
         off.finish("a", json!({}), vec![], true);
         assert!(off.get("a").is_none());
     }

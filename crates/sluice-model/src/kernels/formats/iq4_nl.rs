@@ -86,9 +86,8 @@ pub(crate) mod x86 {
     use crate::kernels::quant::QTile;
     use std::arch::x86_64::*;
 
-    /// The levels offset by 128, as unsigned bytes (1..=241); IQ4_XS's
-    /// kernel looks them up too.
-    pub(crate) const UNSIGNED: [u8; 16] = {
+    /// The levels offset by 128, as unsigned bytes (1..=241).
+    const UNSIGNED: [u8; 16] = {
         let mut t = [0u8; 16];
         let mut i = 0;
         while i < 16 {
@@ -97,6 +96,59 @@ pub(crate) mod x86 {
         }
         t
     };
+
+    // The level lookups IQ4_NL's and IQ4_XS's kernels share.
+
+    /// The levels offset by 128 in every 128-bit lane (AVX-512's table).
+    #[target_feature(enable = "avx512f")]
+    pub(crate) fn unsigned_levels512() -> __m512i {
+        // SAFETY: a 16-byte constant.
+        _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(UNSIGNED.as_ptr() as *const __m128i) })
+    }
+
+    /// The signed levels in both 128-bit lanes (AVX2's table).
+    #[target_feature(enable = "avx2")]
+    pub(crate) fn signed_levels256() -> __m256i {
+        // SAFETY: a 16-byte constant.
+        _mm256_broadcastsi128_si256(unsafe { _mm_loadu_si128(KVALUES.as_ptr() as *const __m128i) })
+    }
+
+    /// The levels of `v`'s low and high nibbles, looked up in `table`.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    #[inline]
+    pub(crate) fn lookup512(table: __m512i, v: __m512i) -> (__m512i, __m512i) {
+        let m4 = _mm512_set1_epi8(0x0F);
+        (
+            _mm512_shuffle_epi8(table, _mm512_and_si512(v, m4)),
+            _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4)),
+        )
+    }
+
+    /// The levels of `v`'s low and high nibbles, looked up in `table`.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    pub(crate) fn lookup256(table: __m256i, v: __m256i) -> (__m256i, __m256i) {
+        let m4 = _mm256_set1_epi8(0x0F);
+        (
+            _mm256_shuffle_epi8(table, _mm256_and_si256(v, m4)),
+            _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4)),
+        )
+    }
+
+    /// `acc` plus the dot products of `levels` (their magnitudes in
+    /// `abs`) with the activation bytes `x`, four pairs per 32-bit lane:
+    /// `|level|` against `x` carrying the level's sign (no level is 0), so
+    /// the AVX2 pair sums stay within i16.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    pub(crate) fn signed_dot256(
+        acc: __m256i,
+        abs: __m256i,
+        levels: __m256i,
+        x: __m256i,
+    ) -> __m256i {
+        dpbusd256(acc, abs, _mm256_sign_epi8(x, levels))
+    }
 
     /// # Safety
     /// As for `QKernel`; AVX-512F/BW/VL + VNNI.
@@ -108,10 +160,7 @@ pub(crate) mod x86 {
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
     unsafe fn avx512<const MR: usize>(t: &QTile) {
-        let m4 = _mm512_set1_epi8(0x0F);
-        // SAFETY: a 16-byte constant.
-        let table =
-            _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(UNSIGNED.as_ptr() as *const __m128i) });
+        let table = unsigned_levels512();
         let mut acc = [_mm512_setzero_ps(); MR];
         for b in 0..t.nb {
             // SAFETY: (all reads below) the panel holds `nb` panel blocks;
@@ -126,9 +175,7 @@ pub(crate) mod x86 {
                 let mut i1 = [_mm512_setzero_si512(); MR];
                 for c in 0..4 {
                     let v = _mm512_loadu_si512(pb.add(32 + 64 * c) as *const _);
-                    let lo = _mm512_shuffle_epi8(table, _mm512_and_si512(v, m4));
-                    let hi =
-                        _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4));
+                    let (lo, hi) = lookup512(table, v);
                     for i in 0..MR {
                         let xq = t.x.add(i * t.ldq + b * 32);
                         i0[i] = _mm512_dpbusd_epi32(i0[i], lo, bcast512(xq.add(4 * c)));
@@ -158,11 +205,7 @@ pub(crate) mod x86 {
 
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn avx2<const MR: usize>(t: &QTile) {
-        let m4 = _mm256_set1_epi8(0x0F);
-        // SAFETY: a 16-byte constant.
-        let table = _mm256_broadcastsi128_si256(unsafe {
-            _mm_loadu_si128(KVALUES.as_ptr() as *const __m128i)
-        });
+        let table = signed_levels256();
         let mut acc = [[_mm256_setzero_ps(); 2]; MR];
         for b in 0..t.nb {
             // SAFETY: as in the AVX-512 kernel.
@@ -173,20 +216,12 @@ pub(crate) mod x86 {
                     let mut isum = [_mm256_setzero_si256(); MR];
                     for c in 0..4 {
                         let v = _mm256_loadu_si256(pb.add(32 + 64 * c + 32 * h) as *const __m256i);
-                        let lo = _mm256_shuffle_epi8(table, _mm256_and_si256(v, m4));
-                        let hi = _mm256_shuffle_epi8(
-                            table,
-                            _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4),
-                        );
-                        // |level| (no level is 0) against qx with the
-                        // level's sign: pair sums stay within i16.
+                        let (lo, hi) = lookup256(table, v);
                         let (ulo, uhi) = (_mm256_sign_epi8(lo, lo), _mm256_sign_epi8(hi, hi));
                         for i in 0..MR {
                             let xq = t.x.add(i * t.ldq + b * 32);
-                            let slo = _mm256_sign_epi8(bcast256(xq.add(4 * c)), lo);
-                            let shi = _mm256_sign_epi8(bcast256(xq.add(16 + 4 * c)), hi);
-                            isum[i] = dpbusd256(isum[i], ulo, slo);
-                            isum[i] = dpbusd256(isum[i], uhi, shi);
+                            isum[i] = signed_dot256(isum[i], ulo, lo, bcast256(xq.add(4 * c)));
+                            isum[i] = signed_dot256(isum[i], uhi, hi, bcast256(xq.add(16 + 4 * c)));
                         }
                     }
                     for i in 0..MR {

@@ -20,6 +20,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::iq4_nl::KVALUES;
+use super::q4_k::{pack_qs, unpack_qs};
 use super::{f16_to_f32, le16, FormatInfo, QuantFormat};
 use crate::kernels::quant::{ActBlock, ActKind, QuantKernels};
 use sluice_gguf::GgmlType;
@@ -101,10 +102,7 @@ fn pack(blk: &[u8], r: usize, dst: &mut [u8]) {
     for s in 0..8 {
         dst[SCALES + 16 * s + r] = sc[s] as u8;
     }
-    for chunk in 0..32 {
-        let o = QS + 64 * chunk + 4 * r;
-        dst[o..o + 4].copy_from_slice(&blk[8 + 4 * chunk..12 + 4 * chunk]);
-    }
+    pack_qs(&blk[8..136], r, dst, QS);
 }
 
 fn unpack(src: &[u8], r: usize, dst: &mut [u8]) {
@@ -122,10 +120,7 @@ fn unpack(src: &[u8], r: usize, dst: &mut [u8]) {
         }
     }
     dst[2..4].copy_from_slice(&high.to_le_bytes());
-    for chunk in 0..32 {
-        let o = QS + 64 * chunk + 4 * r;
-        dst[8 + 4 * chunk..12 + 4 * chunk].copy_from_slice(&src[o..o + 4]);
-    }
+    unpack_qs(src, r, QS, &mut dst[8..136]);
 }
 
 fn step(acc: f32, w: &[u8], a: &ActBlock<'_>) -> f32 {
@@ -144,11 +139,11 @@ fn step(acc: f32, w: &[u8], a: &ActBlock<'_>) -> f32 {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::super::iq4_nl::x86::UNSIGNED;
-    use super::{KVALUES, PANEL_BLOCK, QS, SCALES};
-    use crate::kernels::quant::x86::{
-        bcast256, bcast512, dpbusd256, rows_in_fours, store256, store512,
+    use super::super::iq4_nl::x86::{
+        lookup256, lookup512, signed_dot256, signed_levels256, unsigned_levels512,
     };
+    use super::{PANEL_BLOCK, QS, SCALES};
+    use crate::kernels::quant::x86::{bcast256, bcast512, rows_in_fours, store256, store512};
     use crate::kernels::quant::QTile;
     use std::arch::x86_64::*;
 
@@ -162,10 +157,7 @@ mod x86 {
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
     unsafe fn avx512<const MR: usize>(t: &QTile) {
-        let m4 = _mm512_set1_epi8(0x0F);
-        // SAFETY: a 16-byte constant.
-        let table =
-            _mm512_broadcast_i32x4(unsafe { _mm_loadu_si128(UNSIGNED.as_ptr() as *const __m128i) });
+        let table = unsigned_levels512();
         let mut acc = [_mm512_setzero_ps(); MR];
         for b in 0..t.nb {
             // SAFETY: (all reads below) the panel holds `nb` panel blocks;
@@ -183,11 +175,7 @@ mod x86 {
                     });
                     for c in 0..4 {
                         let v = _mm512_loadu_si512(pb.add(QS + 64 * (4 * s + c)) as *const _);
-                        let lo = _mm512_shuffle_epi8(table, _mm512_and_si512(v, m4));
-                        let hi = _mm512_shuffle_epi8(
-                            table,
-                            _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4),
-                        );
+                        let (lo, hi) = lookup512(table, v);
                         for i in 0..MR {
                             let xq = t.x.add(i * t.ldq + b * 256 + 32 * s + 4 * c);
                             is[i] = _mm512_dpbusd_epi32(is[i], lo, bcast512(xq));
@@ -224,11 +212,7 @@ mod x86 {
 
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn avx2<const MR: usize>(t: &QTile) {
-        let m4 = _mm256_set1_epi8(0x0F);
-        // SAFETY: a 16-byte constant.
-        let table = _mm256_broadcastsi128_si256(unsafe {
-            _mm_loadu_si128(KVALUES.as_ptr() as *const __m128i)
-        });
+        let table = signed_levels256();
         let mut acc = [[_mm256_setzero_ps(); 2]; MR];
         for b in 0..t.nb {
             // SAFETY: as in the AVX-512 kernel.
@@ -242,20 +226,12 @@ mod x86 {
                         for c in 0..4 {
                             let chunk = pb.add(QS + 64 * (4 * s + c) + 32 * h);
                             let v = _mm256_loadu_si256(chunk as *const __m256i);
-                            let lo = _mm256_shuffle_epi8(table, _mm256_and_si256(v, m4));
-                            let hi = _mm256_shuffle_epi8(
-                                table,
-                                _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4),
-                            );
-                            // |level| against qx with the level's sign:
-                            // pair sums stay within i16.
+                            let (lo, hi) = lookup256(table, v);
                             let (ulo, uhi) = (_mm256_sign_epi8(lo, lo), _mm256_sign_epi8(hi, hi));
                             for i in 0..MR {
                                 let xq = t.x.add(i * t.ldq + b * 256 + 32 * s + 4 * c);
-                                let slo = _mm256_sign_epi8(bcast256(xq), lo);
-                                let shi = _mm256_sign_epi8(bcast256(xq.add(16)), hi);
-                                is[i] = dpbusd256(is[i], ulo, slo);
-                                is[i] = dpbusd256(is[i], uhi, shi);
+                                is[i] = signed_dot256(is[i], ulo, lo, bcast256(xq));
+                                is[i] = signed_dot256(is[i], uhi, hi, bcast256(xq.add(16)));
                             }
                         }
                         let sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64(

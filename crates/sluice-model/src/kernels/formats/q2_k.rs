@@ -18,6 +18,7 @@
 
 #![allow(clippy::needless_range_loop)]
 
+use super::q4_k::{pack_qs, unpack_qs};
 use super::{f16_to_f32, le16, FormatInfo, QuantFormat};
 use crate::kernels::quant::{ActBlock, ActKind, QuantKernels};
 use sluice_gguf::GgmlType;
@@ -85,10 +86,7 @@ fn pack(blk: &[u8], r: usize, dst: &mut [u8]) {
     for s in 0..16 {
         dst[SCALES + 16 * s + r] = blk[s];
     }
-    for chunk in 0..16 {
-        let o = QS + 64 * chunk + 4 * r;
-        dst[o..o + 4].copy_from_slice(&blk[16 + 4 * chunk..20 + 4 * chunk]);
-    }
+    pack_qs(&blk[16..80], r, dst, QS);
 }
 
 fn unpack(src: &[u8], r: usize, dst: &mut [u8]) {
@@ -97,10 +95,7 @@ fn unpack(src: &[u8], r: usize, dst: &mut [u8]) {
     for s in 0..16 {
         dst[s] = src[SCALES + 16 * s + r];
     }
-    for chunk in 0..16 {
-        let o = QS + 64 * chunk + 4 * r;
-        dst[16 + 4 * chunk..20 + 4 * chunk].copy_from_slice(&src[o..o + 4]);
-    }
+    unpack_qs(src, r, QS, &mut dst[16..80]);
 }
 
 fn step(acc: f32, w: &[u8], a: &ActBlock<'_>) -> f32 {

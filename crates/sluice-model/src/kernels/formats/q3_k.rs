@@ -20,6 +20,7 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::q2_k::crumbs;
+use super::q4_k::{pack_qs, unpack_qs};
 use super::{f16_to_f32, le16, FormatInfo, QuantFormat};
 use crate::kernels::quant::{ActBlock, ActKind, QuantKernels};
 use sluice_gguf::GgmlType;
@@ -108,28 +109,16 @@ fn pack(blk: &[u8], r: usize, dst: &mut [u8]) {
     for s in 0..16 {
         dst[SCALES + 16 * s + r] = sc[s] as u8;
     }
-    for chunk in 0..8 {
-        let o = HMASK + 64 * chunk + 4 * r;
-        dst[o..o + 4].copy_from_slice(&blk[4 * chunk..4 * chunk + 4]);
-    }
-    for chunk in 0..16 {
-        let o = QS + 64 * chunk + 4 * r;
-        dst[o..o + 4].copy_from_slice(&blk[32 + 4 * chunk..36 + 4 * chunk]);
-    }
+    pack_qs(&blk[..32], r, dst, HMASK);
+    pack_qs(&blk[32..96], r, dst, QS);
 }
 
 fn unpack(src: &[u8], r: usize, dst: &mut [u8]) {
     dst[108..110].copy_from_slice(&src[2 * r..2 * r + 2]);
     let sc: [i8; 16] = std::array::from_fn(|s| src[SCALES + 16 * s + r] as i8);
     encode_scales(&sc, &mut dst[96..108]);
-    for chunk in 0..8 {
-        let o = HMASK + 64 * chunk + 4 * r;
-        dst[4 * chunk..4 * chunk + 4].copy_from_slice(&src[o..o + 4]);
-    }
-    for chunk in 0..16 {
-        let o = QS + 64 * chunk + 4 * r;
-        dst[32 + 4 * chunk..36 + 4 * chunk].copy_from_slice(&src[o..o + 4]);
-    }
+    unpack_qs(src, r, HMASK, &mut dst[..32]);
+    unpack_qs(src, r, QS, &mut dst[32..96]);
 }
 
 fn step(acc: f32, w: &[u8], a: &ActBlock<'_>) -> f32 {

@@ -112,17 +112,18 @@ pub(crate) fn unpack_head(src: &[u8], r: usize, dst: &mut [u8]) {
     encode_scales_mins(&sc, &mn, &mut dst[4..16]);
 }
 
-/// Interleaves row `r`'s 128 nibble bytes into the panel at `at`.
+/// Interleaves row `r`'s quant bytes `qs` into the panel at `at`: its
+/// 4-byte chunk `c` at `at + 64c + 4r` (the K and IQ4_XS panels' layout).
 pub(crate) fn pack_qs(qs: &[u8], r: usize, dst: &mut [u8], at: usize) {
-    for chunk in 0..32 {
+    for chunk in 0..qs.len() / 4 {
         let o = at + 64 * chunk + 4 * r;
         dst[o..o + 4].copy_from_slice(&qs[4 * chunk..4 * chunk + 4]);
     }
 }
 
-/// The inverse of `pack_qs`.
+/// The inverse of `pack_qs` (`qs.len()` bytes).
 pub(crate) fn unpack_qs(src: &[u8], r: usize, at: usize, qs: &mut [u8]) {
-    for chunk in 0..32 {
+    for chunk in 0..qs.len() / 4 {
         let o = at + 64 * chunk + 4 * r;
         qs[4 * chunk..4 * chunk + 4].copy_from_slice(&src[o..o + 4]);
     }
@@ -130,12 +131,12 @@ pub(crate) fn unpack_qs(src: &[u8], r: usize, at: usize, qs: &mut [u8]) {
 
 fn pack(blk: &[u8], r: usize, dst: &mut [u8]) {
     pack_head(blk, r, dst);
-    pack_qs(&blk[16..], r, dst, QS);
+    pack_qs(&blk[16..144], r, dst, QS);
 }
 
 fn unpack(src: &[u8], r: usize, dst: &mut [u8]) {
     unpack_head(src, r, dst);
-    unpack_qs(src, r, QS, &mut dst[16..]);
+    unpack_qs(src, r, QS, &mut dst[16..144]);
 }
 
 /// The min term's integer: `Σ_s mn_s · (bsum_{2s} + bsum_{2s+1})`.

@@ -80,7 +80,7 @@ fn dequantize(blocks: &[u8], out: &mut [f32]) {
 
 fn pack(blk: &[u8], r: usize, dst: &mut [u8]) {
     pack_head(blk, r, dst);
-    pack_qs(&blk[48..], r, dst, QS);
+    pack_qs(&blk[48..176], r, dst, QS);
     for s in 0..8 {
         for c in 0..8 {
             let at = MASKS + 8 * (8 * s + c);
@@ -95,7 +95,7 @@ fn pack(blk: &[u8], r: usize, dst: &mut [u8]) {
 
 fn unpack(src: &[u8], r: usize, dst: &mut [u8]) {
     unpack_head(src, r, dst);
-    unpack_qs(src, r, QS, &mut dst[48..]);
+    unpack_qs(src, r, QS, &mut dst[48..176]);
     let qh = &mut dst[16..48];
     qh.fill(0);
     for s in 0..8 {
