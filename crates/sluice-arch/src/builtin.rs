@@ -27,6 +27,7 @@ impl ModelShape {
             experts_per_token: 0,
             tie_word_embeddings: false,
             stored_weight_bytes: None,
+            kv_cache_dtype: crate::KvCacheDtype::Auto,
         }
     }
 

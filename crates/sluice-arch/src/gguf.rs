@@ -115,6 +115,7 @@ impl LayeredShape {
             experts_per_token,
             tie_word_embeddings: file.tensor("output.weight").is_none(),
             stored_weight_bytes: Some(stored),
+            kv_cache_dtype: crate::KvCacheDtype::Auto,
         };
         let layer_kinds = match (
             Family::from_gguf(&arch).map(|f| f.sliding),

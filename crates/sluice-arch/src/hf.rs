@@ -133,6 +133,7 @@ impl LayeredShape {
             experts_per_token,
             tie_word_embeddings,
             stored_weight_bytes: None,
+            kv_cache_dtype: crate::KvCacheDtype::Auto,
         };
         shape
             .validate()

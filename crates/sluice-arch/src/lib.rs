@@ -16,12 +16,14 @@ pub mod builtin;
 pub mod family;
 pub mod gguf;
 pub mod hf;
+pub mod kv_dtype;
 pub mod layers;
 pub mod load;
 pub mod shape;
 
 pub use family::{Family, HeadDimDefault, SlidingRule, FAMILIES};
 pub use hf::{checkpoint_dtype, serving_dtype_bytes};
+pub use kv_dtype::KvCacheDtype;
 pub use layers::{LayerPattern, LayeredShape};
 pub use load::ModelConfigError;
 pub use shape::ModelShape;

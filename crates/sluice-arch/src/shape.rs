@@ -9,6 +9,7 @@
 //! simulator's roofline, `serve --executor simulated`) computes these
 //! facts here, so two readers of one model cannot disagree on them.
 
+use crate::kv_dtype::KvCacheDtype;
 use serde::{Deserialize, Serialize};
 
 /// The shape of a decoder-only transformer (gated MLP, GQA), dense or
@@ -42,6 +43,10 @@ pub struct ModelShape {
     /// scaled to it.
     #[serde(default)]
     pub stored_weight_bytes: Option<u64>,
+    /// The KV cache's element type (`--kv-cache-dtype`); `auto` stores
+    /// `bytes_per_param` per element, as vLLM does.
+    #[serde(default, skip_serializing_if = "KvCacheDtype::is_auto")]
+    pub kv_cache_dtype: KvCacheDtype,
 }
 
 impl ModelShape {
@@ -103,7 +108,22 @@ impl ModelShape {
 
     /// KV cache bytes of one token in one layer (K and V, all KV heads).
     pub fn kv_bytes_per_token_per_layer(&self) -> usize {
-        2 * self.kv_heads * self.head_dim * self.bytes_per_param
+        2 * self.kv_heads * self.kv_row_bytes()
+    }
+
+    /// Bytes of one KV head's K (or V) row of one token in the cache's
+    /// element type.
+    pub fn kv_row_bytes(&self) -> usize {
+        self.kv_cache_dtype
+            .row_bytes(self.head_dim, self.bytes_per_param)
+    }
+
+    /// This shape with its KV cache stored as `dtype`.
+    pub fn with_kv_cache_dtype(self, dtype: KvCacheDtype) -> Self {
+        ModelShape {
+            kv_cache_dtype: dtype,
+            ..self
+        }
     }
 
     /// KV cache bytes of one token across all layers, K and V.
@@ -125,7 +145,7 @@ impl ModelShape {
 
     /// KV cache bytes of one token in one layer on one GPU at `tp`.
     fn kv_page_bytes_per_token_per_gpu(&self, tp: usize) -> usize {
-        2 * self.kv_heads_per_gpu(tp) * self.head_dim * self.bytes_per_param
+        2 * self.kv_heads_per_gpu(tp) * self.kv_row_bytes()
     }
 
     /// Bytes of one KV pool block on one GPU at `tp` when a block id

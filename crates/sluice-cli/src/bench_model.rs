@@ -80,6 +80,10 @@ pub struct BenchModelArgs {
     /// sliding-window layer keeps all its tokens.
     #[arg(long)]
     disable_hybrid_kv_cache_manager: bool,
+    /// KV cache element type, as `serve` takes it: auto, float32,
+    /// bfloat16, float16 or q8_0.
+    #[arg(long, value_name = "DTYPE", default_value = "auto")]
+    kv_cache_dtype: sluice_model::kv_cache::KvCacheDtype,
 }
 
 pub fn run(args: BenchModelArgs) -> ExitCode {
@@ -270,7 +274,10 @@ fn kv_config(
         .checked_mul(per_seq)
         .and_then(|n| n.checked_add(1))
         .ok_or_else(|| anyhow::anyhow!("the KV cache size overflows"))?;
-    Ok(KvCacheConfig::new(args.block_size, num_blocks).with_grouping(grouping))
+    let dtype = crate::options::kv_dtype(args.kv_cache_dtype, config)?;
+    Ok(KvCacheConfig::new(args.block_size, num_blocks)
+        .with_grouping(grouping)
+        .with_dtype(dtype))
 }
 
 fn bench(args: &BenchModelArgs) -> Result<()> {
@@ -384,6 +391,7 @@ fn bench(args: &BenchModelArgs) -> Result<()> {
         .context(kv_flags)
         .map_err(config_error)?;
     let num_blocks = kv.num_blocks;
+    let kv_dtype = kv.dtype;
     let groups = loaded.config.kv_layer_groups(grouping);
     let block_bytes = kv.block_bytes(&loaded.config);
     let runner = ModelRunner::new(&loaded, kv)
@@ -414,6 +422,7 @@ fn bench(args: &BenchModelArgs) -> Result<()> {
     let mut figures = measure(&mut b, args)?;
     figures.kv = Some(KvFigures {
         groups: groups.specs.len(),
+        dtype: kv_dtype.name(),
         block_bytes,
         block_size: args.block_size,
         seq_len,
@@ -452,6 +461,8 @@ struct Figures {
 /// What the KV cache held for one sequence at its full length.
 struct KvFigures {
     groups: usize,
+    /// The cache's element type (`--kv-cache-dtype`, resolved).
+    dtype: &'static str,
     /// Bytes of one pool block (one block of every layer slot of a group).
     block_bytes: usize,
     block_size: usize,
@@ -580,13 +591,17 @@ fn report(
         );
         eprintln!(
             "  {:<34} {:>10}",
-            format!("  in {} groups, {} B per token-slot", kv.groups, slots),
+            format!(
+                "  in {} groups, {} B per token-slot ({})",
+                kv.groups, slots, kv.dtype
+            ),
             ""
         );
     }
     let kv_json = figures.kv.as_ref().map(|kv| {
         serde_json::json!({
             "groups": kv.groups,
+            "dtype": kv.dtype,
             "block_size": kv.block_size,
             "block_bytes": kv.block_bytes,
             "seq_len": kv.seq_len,

@@ -10,6 +10,7 @@ mod exit;
 mod generate;
 mod hub;
 mod options;
+mod perplexity;
 mod replay;
 mod serve;
 mod simulate;
@@ -46,6 +47,10 @@ enum Command {
     /// (a step-time model instead of the GPU, a virtual clock), or fit a
     /// step-time profile to a `serve --step-log` file (`simulate fit`).
     Simulate(simulate::SimulateArgs),
+    /// A model's perplexity over a text file, and its KL divergence from
+    /// a base model's saved log probabilities, as llama.cpp's
+    /// llama-perplexity measures them (its flags and base file format).
+    Perplexity(perplexity::PerplexityArgs),
 }
 
 fn main() -> ExitCode {
@@ -57,5 +62,6 @@ fn main() -> ExitCode {
         Command::BenchModel(args) => bench_model::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Simulate(args) => simulate::run(args),
+        Command::Perplexity(args) => perplexity::run(args),
     }
 }

@@ -15,7 +15,7 @@ use sluice_core::{HashAlgo, SchedulerConfig, SchedulingPolicy};
 use sluice_engine::{Engine, EngineConfig, Executor, StartOptions, TokenId, Tokenizer};
 use sluice_model::config::{GenerationConfig, ModelConfig};
 use sluice_model::kernels::QuantFormat;
-use sluice_model::kv_cache::KvCacheConfig;
+use sluice_model::kv_cache::{KvCacheConfig, KvCacheDtype, KvDtype};
 use sluice_model::model::GgufInfo;
 use sluice_model::runner::{BackendRegistry, BackendRequest};
 use sluice_model::{DType, KvCacheSize, LoadFormat, ModelSpec};
@@ -70,6 +70,13 @@ pub struct ModelArgs {
     /// Memory for the KV cache, e.g. 512MiB, 2GiB, 1000000000 (bytes).
     #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = parse_size)]
     pub kv_cache_memory: usize,
+    /// KV cache element type: auto (float16, llama.cpp's default), float32
+    /// (exact), bfloat16, float16 or q8_0 (llama.cpp's 8-bit blocks, 34
+    /// bytes per 32 elements). A simulated
+    /// executor also takes fp8, fp8_e4m3, fp8_e5m2, and reads auto as the
+    /// model's dtype, as vLLM does.
+    #[arg(long, value_name = "DTYPE", default_value = "auto")]
+    pub kv_cache_dtype: KvCacheDtype,
     /// The backend that runs the model (`cpu`; the names are those of
     /// sluice-model's backend registry).
     #[arg(long, value_name = "NAME", default_value = sluice_model::runner::DEFAULT_BACKEND)]
@@ -565,16 +572,11 @@ fn prepare(
     if sched.block_size == 0 {
         return Err(bad_config("--block-size: must be at least 1"));
     }
-    let kv_size = match sched.num_gpu_blocks_override {
-        Some(n) => KvCacheSize::Blocks(n),
-        None => KvCacheSize::Bytes(model.kv_cache_memory),
-    };
-    // The flag that sized the cache, so that a cache that cannot fit reads
-    // `--kv-cache-memory: 100 GiB requested for the KV cache, but only ...`
-    // (and exits 2, a configuration error).
-    let kv_flag = match sched.num_gpu_blocks_override {
-        Some(n) => format!("--num-gpu-blocks-override {n}"),
-        None => "--kv-cache-memory".to_string(),
+    // The element type before any weight is read: q8_0 on a head size it
+    // cannot store is known from the config.
+    let kv_dtype = match sim {
+        Some(_) => KvDtype::F32,
+        None => kv_dtype(model.kv_cache_dtype, &model_config)?,
     };
     let eos_ids: Vec<TokenId> = tokenizer
         .eos_token_id()
@@ -586,6 +588,10 @@ fn prepare(
             // Token ids the tokenizer can decode and the model could emit.
             let vocab = model_config.vocab_size.min(tokenizer.vocab_size());
             let shape = simulated_shape(resolved.as_ref(), &model_config)?;
+            let shape = LayeredShape {
+                shape: shape.shape.with_kv_cache_dtype(model.kv_cache_dtype),
+                ..shape
+            };
             Box::new(simulated_executor(
                 sim,
                 &shape,
@@ -595,25 +601,7 @@ fn prepare(
                 eos_ids,
             )?)
         }
-        (None, Some(loaded)) => {
-            // The KV size first, so that its error names its flag; then the
-            // backend reads the weights (an error names the tensor).
-            kv_size
-                .resolve(&loaded.config, sched.block_size, sched.grouping())
-                .context(kv_flag)
-                .map_err(config_error)?;
-            let request = BackendRequest {
-                model: loaded,
-                block_size: sched.block_size,
-                kv_cache_size: kv_size,
-                grouping: sched.grouping(),
-                seed: model.model_seed,
-            };
-            BackendRegistry::default()
-                .create(&model.backend, &request)
-                .with_context(label)
-                .map_err(config_error)?
-        }
+        (None, Some(loaded)) => model_executor(model, sched, loaded, kv_dtype, &label())?,
         (None, None) => anyhow::bail!("internal: no model loaded"),
     };
     let scheduler = SchedulerConfig {
@@ -631,7 +619,7 @@ fn prepare(
     };
     let config =
         EngineConfig::new(scheduler).with_model_eos(&tokenizer, &generation_config.eos_token_ids);
-    let blocks = KvCacheConfig::new(sched.block_size, 0).with_grouping(sched.grouping());
+    let blocks = kv_layout(sched, kv_dtype);
     let info = crate::startup::ModelInfo::of(label(), &model_config, loaded.as_ref(), &blocks);
     Ok(PreparedEngine {
         config,
@@ -640,6 +628,63 @@ fn prepare(
         model_name,
         info,
     })
+}
+
+/// The executor of a loaded model on `--backend`, its KV cache sized by
+/// `--kv-cache-memory` or `--num-gpu-blocks-override` and stored as
+/// `kv_dtype`; `label` names the model in errors.
+fn model_executor(
+    model: &ModelArgs,
+    sched: &SchedulerArgs,
+    loaded: &sluice_model::LoadedModel,
+    kv_dtype: KvDtype,
+    label: &str,
+) -> Result<Box<dyn Executor>> {
+    let kv_size = match sched.num_gpu_blocks_override {
+        Some(n) => KvCacheSize::Blocks(n),
+        None => KvCacheSize::Bytes(model.kv_cache_memory),
+    };
+    // The flag that sized the cache, so that a cache that cannot fit reads
+    // `--kv-cache-memory: 100 GiB requested for the KV cache, but only ...`
+    // (and exits 2, a configuration error).
+    let kv_flag = match sched.num_gpu_blocks_override {
+        Some(n) => format!("--num-gpu-blocks-override {n}"),
+        None => "--kv-cache-memory".to_string(),
+    };
+    // The KV size first, so that its error names its flag; then the
+    // backend reads the weights (an error names the tensor).
+    kv_size
+        .resolve(&loaded.config, kv_layout(sched, kv_dtype))
+        .context(kv_flag)
+        .map_err(config_error)?;
+    let request = BackendRequest {
+        model: loaded,
+        block_size: sched.block_size,
+        kv_cache_size: kv_size,
+        grouping: sched.grouping(),
+        kv_dtype,
+        seed: model.model_seed,
+    };
+    BackendRegistry::default()
+        .create(&model.backend, &request)
+        .with_context(|| label.to_string())
+        .map_err(config_error)
+}
+
+/// What `--kv-cache-dtype` stores for `config`'s heads on the CPU runner
+/// (a configuration error naming the flag otherwise).
+pub fn kv_dtype(flag: KvCacheDtype, config: &ModelConfig) -> Result<KvDtype> {
+    KvDtype::resolve(flag, config.head_dim)
+        .context("--kv-cache-dtype")
+        .map_err(config_error)
+}
+
+/// The KV cache's layout (block size, grouping, element type) the flags
+/// ask for; its size comes from `--kv-cache-memory` or the override.
+fn kv_layout(sched: &SchedulerArgs, dtype: KvDtype) -> KvCacheConfig {
+    KvCacheConfig::new(sched.block_size, 0)
+        .with_grouping(sched.grouping())
+        .with_dtype(dtype)
 }
 
 /// `serve --executor simulated`'s executor: no weights, steps timed by
@@ -705,7 +750,7 @@ fn builtin_name(model: &ModelArgs, sim: Option<&Simulation>) -> Option<String> {
 /// The model's tokenizer: the GGUF file's vocabulary (its sampling
 /// recommendations logged, not applied), the directory's
 /// `tokenizer.json`, or the built-in byte-level one.
-fn open_tokenizer(
+pub(crate) fn open_tokenizer(
     resolved: Option<&crate::hub::ResolvedModel>,
     gguf: Option<&GgufInfo>,
 ) -> Result<Tokenizer> {

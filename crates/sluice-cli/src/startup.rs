@@ -28,6 +28,8 @@ pub struct ModelInfo {
     pub weights: Vec<(QuantFormat, usize, usize)>,
     /// Bytes of one KV block; `None` when no cache is held (simulated).
     pub kv_bytes_per_block: Option<usize>,
+    /// The KV cache's element type (`bfloat16`); `None` when simulated.
+    pub kv_dtype: Option<&'static str>,
 }
 
 impl ModelInfo {
@@ -52,6 +54,7 @@ impl ModelInfo {
             num_layers: config.num_hidden_layers,
             weights: loaded.map(LoadedModel::weight_formats).unwrap_or_default(),
             kv_bytes_per_block: loaded.map(|_| blocks.block_bytes(config)),
+            kv_dtype: loaded.map(|_| blocks.dtype.name()),
         }
     }
 }
@@ -191,7 +194,7 @@ fn log_kv(info: &ModelInfo, kv: &KvFigures) {
         .map(|b| b.saturating_mul(kv.num_blocks));
     let size = bytes.map_or_else(
         || "not held (simulated)".to_string(),
-        |b| format!("{} (f32)", human_bytes(b)),
+        |b| format!("{} ({})", human_bytes(b), info.kv_dtype.unwrap_or("?")),
     );
     logging::log(
         logging::Level::Info,
@@ -210,6 +213,7 @@ fn log_kv(info: &ModelInfo, kv: &KvFigures) {
             ("block_size", kv.block_size.into()),
             ("kv_tokens", tokens.into()),
             ("kv_bytes", bytes.into()),
+            ("kv_cache_dtype", info.kv_dtype.into()),
             ("max_model_len", kv.max_model_len.into()),
             ("max_num_seqs", kv.max_num_seqs.into()),
             ("max_num_batched_tokens", kv.max_num_batched_tokens.into()),

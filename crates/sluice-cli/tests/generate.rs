@@ -77,6 +77,9 @@ fn check_reference(name: &str) {
         "--json",
         "--logprobs",
         "5",
+        // transformers' references are f32 throughout.
+        "--kv-cache-dtype",
+        "float32",
     ]
     .map(String::from)
     .to_vec();
@@ -259,8 +262,9 @@ fn a_kv_cache_that_cannot_fit_exits_2_naming_the_flag() {
                 "--num-gpu-blocks-override",
                 "100000000",
             ],
-            // 10^8 blocks of 16 KiB (the tiny model, 16-token blocks).
-            "error: --num-gpu-blocks-override 100000000: 1.5 TiB requested for the KV cache, \
+            // 10^8 blocks of 8 KiB (the tiny model, 16-token blocks, the
+            // default f16 cache).
+            "error: --num-gpu-blocks-override 100000000: 762.9 GiB requested for the KV cache, \
              but only ",
         ),
         (

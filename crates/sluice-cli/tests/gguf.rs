@@ -22,7 +22,15 @@ fn reference() -> Value {
 fn smollm2_answers_the_capital_of_france_over_http() {
     let model = common::smollm2();
     let mut serve = common::spawn_serve(
-        &["--model", model.to_str().unwrap(), "--max-model-len", "256"],
+        // llama.cpp's answers were made with an f32 KV cache.
+        &[
+            "--model",
+            model.to_str().unwrap(),
+            "--max-model-len",
+            "256",
+            "--kv-cache-dtype",
+            "float32",
+        ],
         &[],
     );
     serve.drain_log();

@@ -190,8 +190,9 @@ fn text_log_has_the_summary_one_access_line_per_request_and_stats() {
         max_model_len,
         "{kv}"
     );
-    // --kv-cache-memory 16MiB (spawn_serve's): as many blocks as fit.
-    assert!(kv.contains(", 16.0 MiB (f32);"), "{kv}");
+    // --kv-cache-memory 16MiB (spawn_serve's): as many blocks as fit, in
+    // the default element type.
+    assert!(kv.contains(", 16.0 MiB (float16);"), "{kv}");
 
     // One access line per request, with the response's usage.
     let access: Vec<&String> = log

@@ -41,6 +41,7 @@ const TINY: ModelShape = ModelShape {
     experts_per_token: 0,
     tie_word_embeddings: true,
     stored_weight_bytes: None,
+    kv_cache_dtype: sluice_model::kv_cache::KvCacheDtype::Auto,
 };
 
 fn temp_dir(name: &str) -> PathBuf {

@@ -84,6 +84,11 @@ pub struct SchedulerConfig {
     /// chunked-local groups beside it for a hybrid model. All groups share
     /// the pool; a group without its own block size has `block_size`.
     pub kv_cache_groups: Vec<KvCacheGroupSpec>,
+    /// The KV cache's element type as vLLM's `cache_dtype` names it
+    /// (`bfloat16`, `q8_0`, ...; vLLM's default `auto` when the executor
+    /// does not say). Reported (`vllm:cache_config_info`), never read by
+    /// the scheduler: block ids mean tokens, whatever a token's bytes.
+    pub cache_dtype: String,
 }
 
 impl Default for SchedulerConfig {
@@ -107,6 +112,7 @@ impl Default for SchedulerConfig {
             enable_kv_cache_events: false,
             watermark: 0.0,
             kv_cache_groups: vec![KvCacheGroupSpec::FULL],
+            cache_dtype: "auto".to_string(),
         }
     }
 }

@@ -41,6 +41,13 @@ pub trait Executor: Send {
         vec![KvCacheGroupSpec::FULL]
     }
 
+    /// The KV cache's element type, as vLLM's `cache_dtype` names it
+    /// (`bfloat16`, `float32`, `q8_0`, ...), if the executor holds one:
+    /// what `SchedulerConfig::cache_dtype` becomes.
+    fn kv_cache_dtype(&self) -> Option<&'static str> {
+        None
+    }
+
     /// The engine begins a step: called before `schedule()`, so an
     /// executor that paces itself (a simulated one) can count scheduling
     /// inside the step's time.
@@ -76,6 +83,9 @@ impl<E: Executor + ?Sized> Executor for Box<E> {
     }
     fn kv_cache_groups(&self) -> Vec<KvCacheGroupSpec> {
         (**self).kv_cache_groups()
+    }
+    fn kv_cache_dtype(&self) -> Option<&'static str> {
+        (**self).kv_cache_dtype()
     }
     fn execute(&mut self, scheduler_output: &SchedulerOutput) -> anyhow::Result<ModelRunnerOutput> {
         (**self).execute(scheduler_output)

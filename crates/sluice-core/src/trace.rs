@@ -298,6 +298,7 @@ impl Trace {
             watermark: 0.0,
             kv_cache_groups: groups
                 .unwrap_or_else(|| vec![crate::kv_cache::KvCacheGroupSpec::FULL]),
+            ..SchedulerConfig::default()
         };
         config
             .validate_basic()

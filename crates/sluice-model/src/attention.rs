@@ -32,6 +32,15 @@
 //! Kernels: an AVX-512F one written with `std::arch` intrinsics, and a
 //! portable one compiled twice (with AVX2+FMA enabled, and plain), picked at
 //! run time by the kernels' one dispatch (`KernelFamily::Attention`).
+//!
+//! Cache element types: an f32 cache is read in place; a bf16, f16 or
+//! q8_0 one is decoded a chunk of 16 keys at a time into two small f32
+//! tiles (K `[head_dim, 16]`, V `[16, head_dim]`, 8 KiB at head_dim 64)
+//! that stay in L1 while every row of the item uses them, so the scoring
+//! and accumulation loops are the f32 ones and the decoding is paid once
+//! per chunk and item, not per query head. Decoding is exact
+//! (`kv_cache::KvTensor`), so the bitwise promise above holds for every
+//! type.
 
 #[cfg(target_arch = "x86_64")]
 mod avx512;
@@ -39,15 +48,16 @@ mod portable;
 
 use crate::kernels::parallel_for;
 use crate::kernels::SyncPtr;
-use crate::kv_cache::LayerKv;
+use crate::kv_cache::{LayerKv, KEY_TILE};
 use crate::model::SeqSlice;
 use sluice_core::kv_cache::AttentionKind;
 use std::cell::RefCell;
 
 /// Query tokens of one sequence handled by one work item.
 const QUERY_CHUNK: usize = 16;
-/// Keys scored together (one AVX-512 vector of scores).
-const KEY_CHUNK: usize = 16;
+/// Keys scored together (one AVX-512 vector of scores), the decoded
+/// tiles' width.
+const KEY_CHUNK: usize = KEY_TILE;
 
 /// Geometry of one attention layer.
 #[derive(Clone, Copy, Debug)]
@@ -168,12 +178,15 @@ impl Item<'_> {
     }
 }
 
-/// Per-thread scratch: output accumulators, running max and sum per row.
+/// Per-thread scratch: output accumulators, running max and sum per row,
+/// and the decoded K and V tiles of a chunk (for a cache not in f32).
 #[derive(Default)]
 struct Scratch {
     acc: Vec<f32>,
     max: Vec<f32>,
     sum: Vec<f32>,
+    k_tile: Vec<f32>,
+    v_tile: Vec<f32>,
 }
 
 impl Scratch {
@@ -184,6 +197,11 @@ impl Scratch {
         self.max.resize(rows, f32::NEG_INFINITY);
         self.sum.clear();
         self.sum.resize(rows, 0.0);
+        // Zeros, so that lanes past a short chunk's keys are finite.
+        self.k_tile.clear();
+        self.k_tile.resize(head_dim * KEY_CHUNK, 0.0);
+        self.v_tile.clear();
+        self.v_tile.resize(KEY_CHUNK * head_dim, 0.0);
     }
 }
 

@@ -172,6 +172,7 @@ impl ModelConfig {
             experts_per_token: 0,
             tie_word_embeddings: self.tie_word_embeddings,
             stored_weight_bytes: None,
+            kv_cache_dtype: sluice_arch::KvCacheDtype::Auto,
         }
     }
 

@@ -18,7 +18,6 @@ use crate::kv_cache::KvCacheConfig;
 use crate::runner::{CpuBackend, ForwardBackend, ModelRunner};
 use crate::LoadedModel;
 use anyhow::Result;
-use sluice_core::kv_cache::GroupingPolicy;
 use sluice_core::{DraftTokenIds, Executor, ModelRunnerOutput, RequestId, SchedulerOutput};
 
 /// How large the KV pool is.
@@ -32,17 +31,12 @@ pub enum KvCacheSize {
 }
 
 impl KvCacheSize {
-    /// The KV cache of this size for `model` in blocks of `block_size`
-    /// tokens, its layers grouped under `grouping` (what a block costs),
-    /// checked (at least 2 blocks, a size that fits in memory), before any
-    /// weight is read.
-    pub fn resolve(
-        self,
-        model: &ModelConfig,
-        block_size: usize,
-        grouping: GroupingPolicy,
-    ) -> Result<KvCacheConfig> {
-        let kv = KvCacheConfig::new(block_size, 0).with_grouping(grouping);
+    /// The KV cache of this size for `model` laid out as `layout` says
+    /// (block size, layer grouping, element type: what a block costs; its
+    /// `num_blocks` is ignored), checked (at least 2 blocks, a size that
+    /// fits in memory), before any weight is read.
+    pub fn resolve(self, model: &ModelConfig, layout: KvCacheConfig) -> Result<KvCacheConfig> {
+        let kv = layout;
         let kv = match self {
             KvCacheSize::Blocks(num_blocks) => KvCacheConfig { num_blocks, ..kv },
             KvCacheSize::Bytes(bytes) => kv.with_memory_budget(model, bytes)?,
@@ -76,25 +70,25 @@ impl ModelExecutor {
         kv_cache_size: KvCacheSize,
         seed: u64,
     ) -> Result<Self> {
-        Self::with_grouping(
+        Self::with_layout(
             model,
-            block_size,
+            KvCacheConfig::new(block_size, 0),
             kv_cache_size,
-            GroupingPolicy::default(),
             seed,
         )
     }
 
-    /// [`new`](Self::new) with the layers grouped under `grouping`
-    /// (`--disable-hybrid-kv-cache-manager`: one full group).
-    pub fn with_grouping(
+    /// [`new`](Self::new) with the cache laid out as `layout` says: its
+    /// block size, layer grouping (`--disable-hybrid-kv-cache-manager`:
+    /// one full group) and element type (`--kv-cache-dtype`); its
+    /// `num_blocks` is ignored for `kv_cache_size`.
+    pub fn with_layout(
         model: &LoadedModel,
-        block_size: usize,
+        layout: KvCacheConfig,
         kv_cache_size: KvCacheSize,
-        grouping: GroupingPolicy,
         seed: u64,
     ) -> Result<Self> {
-        let kv = kv_cache_size.resolve(&model.config, block_size, grouping)?;
+        let kv = kv_cache_size.resolve(&model.config, layout)?;
         let runner = ModelRunner::new(model, kv)?.with_seed(seed);
         Ok(ModelExecutor::from_runner(runner))
     }
@@ -144,6 +138,10 @@ impl<B: ForwardBackend> Executor for ModelExecutor<B> {
 
     fn kv_cache_groups(&self) -> Vec<sluice_core::kv_cache::KvCacheGroupSpec> {
         self.runner.kv_cache_groups()
+    }
+
+    fn kv_cache_dtype(&self) -> Option<&'static str> {
+        self.runner.kv_cache_dtype().map(|d| d.name())
     }
 
     fn execute(&mut self, scheduler_output: &SchedulerOutput) -> Result<ModelRunnerOutput> {

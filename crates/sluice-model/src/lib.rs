@@ -15,6 +15,7 @@ pub mod kernels;
 pub mod kv_cache;
 pub mod memory;
 pub mod model;
+pub mod perplexity;
 pub mod runner;
 pub mod sampling;
 pub mod weights;

@@ -153,6 +153,11 @@ impl<B: ForwardBackend> ModelRunner<B> {
         self.backend.kv_cache_groups()
     }
 
+    /// How the backend's KV cache stores its elements, if it says.
+    pub fn kv_cache_dtype(&self) -> Option<crate::kv_cache::KvDtype> {
+        self.backend.kv_cache_dtype()
+    }
+
     /// Token ids the backend's model accepts: `0..vocab_size`.
     pub fn vocab_size(&self) -> usize {
         self.backend.vocab_size()

@@ -74,12 +74,15 @@ fn backends_are_built_by_name() {
         block_size: 16,
         kv_cache_size: KvCacheSize::Blocks(12),
         grouping: Default::default(),
+        kv_dtype: sluice_model::kv_cache::KvDtype::Q8_0,
         seed: 0,
     };
     let mut registry = BackendRegistry::default();
     assert_eq!(registry.names(), ["cpu"]);
     let cpu = registry.create("cpu", &request).unwrap();
     assert_eq!((cpu.num_kv_blocks(), cpu.vocab_size()), (12, Some(vocab)));
+    // The element type the request asked for reaches the executor.
+    assert_eq!(cpu.kv_cache_dtype(), Some("q8_0"));
 
     let e = registry.create("fake", &request).err().unwrap().to_string();
     assert_eq!(e, "unknown backend \"fake\" (known: cpu)");

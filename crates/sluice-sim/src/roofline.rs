@@ -48,7 +48,7 @@ pub use error::RooflineError;
 pub use hardware::{parse_hardware_profiles, BuiltinHardware, Hardware, HARDWARE_PROFILES_JSON};
 pub use kv_budget::{kv_cache_budget, kv_cache_budget_grouped, num_gpu_blocks, KvBudget};
 use serde::{Deserialize, Serialize};
-pub use sluice_arch::{LayeredShape, ModelShape};
+pub use sluice_arch::{KvCacheDtype, LayeredShape, ModelShape};
 
 /// Checks `tp` against the model as vLLM's config verification does:
 /// attention heads divisible by it, KV heads divisible by it or it by
@@ -163,7 +163,8 @@ impl Roofline {
     /// Attention of one layer over the whole step, this GPU's heads.
     fn attention_s(&self, step: &StepShape, shard: &Shard) -> f64 {
         let m = &self.model;
-        let kv_tok = (2 * shard.kv * m.bytes_per_param) as f64;
+        // K and V of this GPU's heads, in the cache's element type.
+        let kv_tok = (2 * (shard.kv / m.head_dim) * m.kv_row_bytes()) as f64;
         let per_pair = 4.0 * (shard.heads * m.head_dim) as f64;
         let (mut flops, mut bytes) = (0.0, 0.0);
         for r in &step.rows {
@@ -236,6 +237,7 @@ mod tests {
         experts_per_token: 0,
         tie_word_embeddings: false,
         stored_weight_bytes: None,
+        kv_cache_dtype: sluice_arch::KvCacheDtype::Auto,
     };
     const HW: Hardware = Hardware {
         peak_flops: 1000.0,

@@ -777,6 +777,7 @@ fn a_gguf_gives_its_shape_and_tensor_bytes() {
         experts_per_token: 0,
         tie_word_embeddings: true, // no output.weight
         stored_weight_bytes: Some(bytes),
+        kv_cache_dtype: sluice_arch::KvCacheDtype::Auto,
     };
     assert_eq!(m, want);
     assert_eq!(m.weight_bytes(), (8 * 16 + 64 + 128 + 8) * 4);

@@ -59,6 +59,12 @@ pub(super) struct RunArgs {
     /// meaning: weights, activations and KV cache together).
     #[arg(long, value_name = "F", default_value_t = 0.92)]
     pub(super) gpu_memory_utilization: f64,
+    /// The KV cache's element type, vLLM's flag: auto (the model's
+    /// dtype), bfloat16, float16, fp8, fp8_e4m3, fp8_e5m2; also float32
+    /// and q8_0 (34 bytes per 32 elements). It sizes the KV pool and the
+    /// bytes attention reads.
+    #[arg(long, value_name = "DTYPE", default_value = "auto")]
+    pub(super) kv_cache_dtype: sluice_sim::KvCacheDtype,
     #[command(flatten)]
     pub(super) sched: SchedulerArgs,
 

@@ -21,7 +21,9 @@ pub(super) struct Setup {
 pub(super) const SYNTHETIC_VOCAB: u32 = 32_000;
 
 pub(super) fn setup(args: &RunArgs) -> Result<Setup> {
-    let shape = LayeredShape::load(&args.model).map_err(|e| bad_config(format!("--model: {e}")))?;
+    let mut shape =
+        LayeredShape::load(&args.model).map_err(|e| bad_config(format!("--model: {e}")))?;
+    shape.shape = shape.shape.with_kv_cache_dtype(args.kv_cache_dtype);
     if args.tensor_parallel_size == 0 {
         return Err(bad_config("--tensor-parallel-size: must be at least 1"));
     }
@@ -72,6 +74,7 @@ pub(super) fn setup(args: &RunArgs) -> Result<Setup> {
         hash_seed: hash_seed_from_env().map_err(bad_config)?,
         // The groups the engine would get from the model's executor.
         kv_cache_groups: shape.kv_layer_groups(s.grouping()).specs,
+        cache_dtype: args.kv_cache_dtype.name().to_string(),
         ..SchedulerConfig::default()
     };
     // A `sluice replay` trace was recorded under its own scheduler config:

@@ -99,6 +99,9 @@ impl EngineCore {
         // The executor's layers decide the KV cache groups (a hybrid
         // model's sliding-window groups free out-of-window blocks).
         config.scheduler.kv_cache_groups = executor.kv_cache_groups();
+        if let Some(dtype) = executor.kv_cache_dtype() {
+            config.scheduler.cache_dtype = dtype.to_string();
+        }
         config.scheduler.validate()?;
         // The block tables the scheduler hands out index the executor's
         // pool: both must mean the same number of tokens per block.

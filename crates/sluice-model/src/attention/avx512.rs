@@ -7,6 +7,7 @@
 
 use super::{Item, Scratch, KEY_CHUNK};
 use crate::kernels::math::{exp_f32, EXP_HI, EXP_LO, EXP_POLY, LN2_HI, LN2_LO, LOG2E, ROUND_MAGIC};
+use crate::kv_cache::KvTensor;
 use std::arch::x86_64::*;
 
 /// Query rows scored together (accumulators held in registers).
@@ -56,7 +57,8 @@ unsafe fn exp512(x: __m512) -> __m512 {
 
 /// Scores of `N` rows against one chunk of keys: `s[t][j] = Σ_d q_t[d] ·
 /// K[d][j]`, `d` in order. `k` points at the chunk's first key in the
-/// block's `[head_dim, block_size]` K run.
+/// block's `[head_dim, block_size]` K run (`block_size` apart), or at a
+/// decoded tile's (16 apart).
 #[inline(always)]
 unsafe fn scores<const N: usize>(
     q: *const f32,
@@ -131,6 +133,100 @@ unsafe fn pv(
     }
 }
 
+/// Decodes keys `c0..c0 + 16` of the K run at `run` into `tile`
+/// (`[head_dim, 16]`), as `KvTensor::k_tile` does; a chunk narrower than
+/// 16 keys (a block size below 16) takes that portable way.
+#[inline(always)]
+unsafe fn k_tile(
+    t: &KvTensor,
+    run: usize,
+    bs: usize,
+    hd: usize,
+    c0: usize,
+    width: usize,
+    tile: &mut [f32],
+) {
+    if width < KEY_CHUNK {
+        return t.k_tile(run, bs, hd, c0, width, tile);
+    }
+    debug_assert!(tile.len() >= hd * KEY_CHUNK);
+    let out = tile.as_mut_ptr();
+    match t {
+        KvTensor::F32(_) => t.k_tile(run, bs, hd, c0, width, tile),
+        KvTensor::Bf16(k) | KvTensor::F16(k) => {
+            let bf16 = matches!(t, KvTensor::Bf16(_));
+            debug_assert!(run + (hd - 1) * bs + c0 + KEY_CHUNK <= k.len());
+            for d in 0..hd {
+                let h = _mm256_loadu_si256(k.as_ptr().add(run + d * bs + c0).cast());
+                let x = if bf16 {
+                    _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h)))
+                } else {
+                    _mm512_cvtph_ps(h)
+                };
+                _mm512_storeu_ps(out.add(d * KEY_CHUNK), x);
+            }
+        }
+        KvTensor::Q8_0 { q, d: scales } => {
+            debug_assert!(run + (hd - 1) * bs + c0 + KEY_CHUNK <= q.len());
+            let mut scale = _mm512_setzero_ps();
+            for d in 0..hd {
+                if d % 32 == 0 {
+                    let s = scales.as_ptr().add(run / 32 + (d / 32) * bs + c0);
+                    scale = _mm512_cvtph_ps(_mm256_loadu_si256(s.cast()));
+                }
+                let b = _mm_loadu_si128(q.as_ptr().add(run + d * bs + c0).cast());
+                let x = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
+                _mm512_storeu_ps(out.add(d * KEY_CHUNK), _mm512_mul_ps(x, scale));
+            }
+        }
+    }
+}
+
+/// Decodes the V rows of keys `c0..c0 + width` of the run at `run` into
+/// `tile` (`[width, head_dim]`), as `KvTensor::v_tile` does; heads that
+/// are not a multiple of 16 take that portable way.
+#[inline(always)]
+unsafe fn v_tile(t: &KvTensor, run: usize, hd: usize, c0: usize, width: usize, tile: &mut [f32]) {
+    if !hd.is_multiple_of(16) {
+        return t.v_tile(run, hd, c0, width, tile);
+    }
+    let n = width * hd;
+    let src = run + c0 * hd;
+    debug_assert!(tile.len() >= n);
+    let out = tile.as_mut_ptr();
+    match t {
+        KvTensor::F32(_) => t.v_tile(run, hd, c0, width, tile),
+        KvTensor::Bf16(v) => {
+            debug_assert!(src + n <= v.len());
+            for i in (0..n).step_by(16) {
+                let h = _mm256_loadu_si256(v.as_ptr().add(src + i).cast());
+                let x = _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h)));
+                _mm512_storeu_ps(out.add(i), x);
+            }
+        }
+        KvTensor::F16(v) => {
+            debug_assert!(src + n <= v.len());
+            for i in (0..n).step_by(16) {
+                let h = _mm256_loadu_si256(v.as_ptr().add(src + i).cast());
+                _mm512_storeu_ps(out.add(i), _mm512_cvtph_ps(h));
+            }
+        }
+        KvTensor::Q8_0 { q, d: scales } => {
+            // hd is a multiple of 32 (`KvDtype::resolve`), so a 16-lane
+            // vector never straddles two scales.
+            debug_assert!(src + n <= q.len() && hd.is_multiple_of(32));
+            let s0 = run / 32 + c0 * (hd / 32);
+            for i in (0..n).step_by(16) {
+                let scale =
+                    _mm512_set1_ps(crate::kernels::formats::f16_to_f32(scales[s0 + i / 32]));
+                let b = _mm_loadu_si128(q.as_ptr().add(src + i).cast());
+                let x = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
+                _mm512_storeu_ps(out.add(i), _mm512_mul_ps(x, scale));
+            }
+        }
+    }
+}
+
 /// `acc_row *= alpha`.
 #[inline(always)]
 unsafe fn scale_row(acc_row: *mut f32, head_dim: usize, alpha: f32) {
@@ -155,7 +251,10 @@ pub(super) unsafe fn attend(item: &Item<'_>, out: &mut [f32], scratch: &mut Scra
     scratch.reset(num_rows, hd);
     let acc = scratch.acc.as_mut_ptr();
     let q = item.q.data.as_ptr();
-    let (k_all, v_all) = (item.kv.k.as_ptr(), item.kv.v.as_ptr());
+    let in_place = match (item.kv.k.as_f32(), item.kv.v.as_f32()) {
+        (Some(k), Some(v)) => Some((k.as_ptr(), v.as_ptr())),
+        _ => None,
+    };
     debug_assert!(item.table.len() >= last_visible.div_ceil(bs));
     let scale = _mm512_set1_ps(item.shape.scale);
     let neg_inf = _mm512_set1_ps(f32::NEG_INFINITY);
@@ -171,8 +270,16 @@ pub(super) unsafe fn attend(item: &Item<'_>, out: &mut [f32], scratch: &mut Scra
             let chunk_start = b * bs + c0;
             let width = KEY_CHUNK.min(bs - c0);
             let load_mask = lane_mask(width.min(last_visible - chunk_start));
-            let k = k_all.add(base + c0);
-            let v = v_all.add(base + c0 * hd);
+            // The chunk's keys, `k[d · k_stride + j]` and `v[j · hd + d]`:
+            // in place for an f32 cache, else decoded into the tiles.
+            let (k, k_stride, v) = match in_place {
+                Some((k_all, v_all)) => (k_all.add(base + c0), bs, v_all.add(base + c0 * hd)),
+                None => {
+                    k_tile(&item.kv.k, base, bs, hd, c0, width, &mut scratch.k_tile);
+                    v_tile(&item.kv.v, base, hd, c0, width, &mut scratch.v_tile);
+                    (scratch.k_tile.as_ptr(), KEY_CHUNK, scratch.v_tile.as_ptr())
+                }
+            };
             let mut r0 = 0;
             while r0 < num_rows {
                 let n = ROW_TILE.min(num_rows - r0);
@@ -192,7 +299,7 @@ pub(super) unsafe fn attend(item: &Item<'_>, out: &mut [f32], scratch: &mut Scra
                 let mut s = [_mm512_setzero_ps(); ROW_TILE];
                 macro_rules! tile {
                     ($n:literal) => {{
-                        let t = scores::<$n>(q, &q_offs, k, bs, hd, load_mask);
+                        let t = scores::<$n>(q, &q_offs, k, k_stride, hd, load_mask);
                         s[..$n].copy_from_slice(&t);
                     }};
                 }

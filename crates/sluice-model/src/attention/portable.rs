@@ -25,21 +25,40 @@ fn attend<const FMA: bool>(item: &Item<'_>, out: &mut [f32], scratch: &mut Scrat
     let num_rows = item.num_rows();
     let last_visible = item.last_visible();
     scratch.reset(num_rows, hd);
-    let Scratch { acc, max, sum } = scratch;
+    let Scratch {
+        acc,
+        max,
+        sum,
+        k_tile,
+        v_tile,
+    } = scratch;
     let mut s = [0f32; KEY_CHUNK];
 
     let first_block = item.first_block();
     let blocks = &item.table[first_block..last_visible.div_ceil(bs)];
     for (b, &block) in (first_block..).zip(blocks) {
         let base = item.block_base(block);
-        // K is stored [head_dim, block_size] within the block, V
-        // [block_size, head_dim].
-        let k_block = &item.kv.k[base..base + bs * hd];
-        let v_block = &item.kv.v[base..base + bs * hd];
         let mut c0 = 0;
         while c0 < bs && b * bs + c0 < last_visible {
             let chunk_start = b * bs + c0;
             let width = KEY_CHUNK.min(bs - c0);
+            // The chunk's keys: `k[d · k_stride + j]`, `v[j · hd + d]`. K is
+            // stored [head_dim, block_size] within the block, V
+            // [block_size, head_dim]; a cache not in f32 is decoded into
+            // the tiles (same layout, 16 keys wide).
+            let (k, k_stride, v): (&[f32], usize, &[f32]) =
+                match (item.kv.k.as_f32(), item.kv.v.as_f32()) {
+                    (Some(k), Some(v)) => (
+                        &k[base + c0..base + bs * hd],
+                        bs,
+                        &v[base + c0 * hd..base + (c0 + width) * hd],
+                    ),
+                    _ => {
+                        item.kv.k.k_tile(base, bs, hd, c0, width, k_tile);
+                        item.kv.v.v_tile(base, hd, c0, width, v_tile);
+                        (&k_tile[..], KEY_CHUNK, &v_tile[..width * hd])
+                    }
+                };
             for row in 0..num_rows {
                 let i = item.q_begin + row / group;
                 let (skip, visible) = item.visible(i, chunk_start, width);
@@ -51,7 +70,7 @@ fn attend<const FMA: bool>(item: &Item<'_>, out: &mut [f32], scratch: &mut Scrat
                 let s = &mut s[skip..visible];
                 s.fill(0.0);
                 for (d, &qd) in q_row.iter().enumerate() {
-                    let k = &k_block[d * bs + c0 + skip..d * bs + c0 + visible];
+                    let k = &k[d * k_stride + skip..d * k_stride + visible];
                     for (sj, &kj) in s.iter_mut().zip(k) {
                         *sj = madd::<FMA>(qd, kj, *sj);
                     }
@@ -85,7 +104,7 @@ fn attend<const FMA: bool>(item: &Item<'_>, out: &mut [f32], scratch: &mut Scrat
                 }
                 sum[row] += s.iter().sum::<f32>();
                 for (j, &p) in (skip..).zip(s.iter()) {
-                    let v = &v_block[(c0 + j) * hd..(c0 + j + 1) * hd];
+                    let v = &v[j * hd..(j + 1) * hd];
                     for (a, &vd) in acc_row.iter_mut().zip(v) {
                         *a = madd::<FMA>(p, vd, *a);
                     }

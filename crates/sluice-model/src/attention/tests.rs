@@ -1,5 +1,5 @@
 use super::*;
-use crate::kv_cache::{KvCache, KvCacheConfig};
+use crate::kv_cache::{KvCache, KvCacheConfig, KvDtype};
 use crate::model::ForwardBatch;
 
 struct Rng(u64);
@@ -34,6 +34,7 @@ fn check_against_naive_capped(
         block_size,
         softcap,
         AttentionKind::Full,
+        KvDtype::F32,
     );
 }
 
@@ -46,13 +47,45 @@ fn naive_window_start(kind: AttentionKind, p: usize) -> usize {
     }
 }
 
+/// The unnormalised softmax weights of query `q` over the keys at
+/// `positions` (`key(p)`), in f64 from the definition, and their sum.
+fn naive_weights<'a>(
+    q: &[f32],
+    key: impl Fn(usize) -> &'a [f32],
+    positions: std::ops::RangeInclusive<usize>,
+    scale: f32,
+    softcap: Option<f32>,
+) -> (Vec<f64>, f64) {
+    let scores: Vec<f64> = positions
+        .map(|p| {
+            let dot: f64 = q
+                .iter()
+                .zip(key(p))
+                .map(|(&a, &b)| a as f64 * b as f64)
+                .sum();
+            dot * scale as f64
+        })
+        .map(|s| match softcap {
+            Some(cap) => (s / cap as f64).tanh() * cap as f64,
+            None => s,
+        })
+        .collect();
+    let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    let w: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
+    let total = w.iter().sum();
+    (w, total)
+}
+
 /// The fast and portable kernels against attention computed in f64 from
 /// the definition, with the logits soft-capped at `softcap` if given, each
 /// query seeing the keys `kind` gives it. With a window, the table entries
 /// of blocks wholly before a sequence's first query's window are what the
 /// scheduler leaves there — the null block, here filled with NaN for the
 /// fast kernel (whose result must not change) and an id outside the cache
-/// for the portable one (which would panic reading it).
+/// for the portable one (which would panic reading it). With a cache
+/// that rounds (`dtype` not f32), the reference takes the K and V the cache
+/// holds, decoded (`KvCache::key` / `value`): the kernels are checked on
+/// what they read, the rounding by `kv_cache`'s own tests.
 fn check_against_naive_windowed(
     num_heads: usize,
     num_kv_heads: usize,
@@ -60,6 +93,7 @@ fn check_against_naive_windowed(
     block_size: usize,
     softcap: Option<f32>,
     kind: AttentionKind,
+    dtype: KvDtype,
 ) {
     let mut model = crate::builtin::config("tiny").unwrap().0;
     model.num_hidden_layers = 1;
@@ -80,7 +114,8 @@ fn check_against_naive_windowed(
         .iter()
         .map(|(c, n)| (c + n).div_ceil(block_size))
         .sum::<usize>();
-    let mut kv = KvCache::new(&model, KvCacheConfig::new(block_size, num_blocks)).unwrap();
+    let config = KvCacheConfig::new(block_size, num_blocks).with_dtype(dtype);
+    let mut kv = KvCache::new(&model, config).unwrap();
     let width = (num_heads + 2 * num_kv_heads) * head_dim;
     let (k_off, v_off) = (num_heads * head_dim, (num_heads + num_kv_heads) * head_dim);
     let mut rng = Rng(head_dim as u64 * 31 + block_size as u64);
@@ -106,7 +141,7 @@ fn check_against_naive_windowed(
         outside
             .push_seq(&vec![0; n], cached, &wild, block_size)
             .unwrap();
-        let rows: Vec<Vec<f32>> = (0..cached + n)
+        let mut rows: Vec<Vec<f32>> = (0..cached + n)
             .map(|_| (0..width).map(|_| rng.next()).collect())
             .collect();
         batch
@@ -114,9 +149,15 @@ fn check_against_naive_windowed(
             .unwrap();
         // Cached positions and this step's both go in (the runner writes
         // the step's K/V before attention).
-        for (p, row) in rows.iter().enumerate() {
+        for (p, row) in rows.iter_mut().enumerate() {
             let slot = blocks[p / block_size] as usize * block_size + p % block_size;
             kv.write(0, &[slot], row, width, k_off, v_off);
+            // The reference sees what the cache holds.
+            for g in 0..num_kv_heads {
+                let (k, v) = (k_off + g * head_dim, v_off + g * head_dim);
+                row[k..k + head_dim].copy_from_slice(&kv.key(0, slot, g));
+                row[v..v + head_dim].copy_from_slice(&kv.value(0, slot, g));
+            }
         }
         rows_of_seq.push(rows);
     }
@@ -179,23 +220,8 @@ fn check_against_naive_windowed(
                 let g = h / group;
                 let qh = &rows[pos][h * head_dim..(h + 1) * head_dim];
                 let lo = naive_window_start(kind, pos);
-                let scores: Vec<f64> = (lo..=pos)
-                    .map(|p| {
-                        let k = &rows[p][k_off + g * head_dim..k_off + (g + 1) * head_dim];
-                        qh.iter()
-                            .zip(k)
-                            .map(|(&a, &b)| a as f64 * b as f64)
-                            .sum::<f64>()
-                            * shape.scale as f64
-                    })
-                    .map(|s| match softcap {
-                        Some(cap) => (s / cap as f64).tanh() * cap as f64,
-                        None => s,
-                    })
-                    .collect();
-                let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                let w: Vec<f64> = scores.iter().map(|s| (s - max).exp()).collect();
-                let total: f64 = w.iter().sum();
+                let k = |p: usize| &rows[p][k_off + g * head_dim..k_off + (g + 1) * head_dim];
+                let (w, total) = naive_weights(qh, k, lo..=pos, shape.scale, softcap);
                 for d in 0..head_dim {
                     let want: f64 = (lo..=pos)
                         .map(|p| w[p - lo] * rows[p][v_off + g * head_dim + d] as f64)
@@ -211,8 +237,8 @@ fn check_against_naive_windowed(
     }
     assert!(
         worst < 2e-5,
-        "heads {num_heads}/{num_kv_heads} dim {head_dim} block {block_size} {kind:?}: max \
-         error {worst}"
+        "heads {num_heads}/{num_kv_heads} dim {head_dim} block {block_size} {kind:?} \
+         {dtype:?}: max error {worst}"
     );
 }
 
@@ -230,10 +256,30 @@ fn windowed_attention_matches_naive_and_skips_blocks_outside_the_window() {
         (AttentionKind::ChunkedLocal { chunk: 24 }, 8),
         (AttentionKind::ChunkedLocal { chunk: 16 }, 16),
     ] {
-        check_against_naive_windowed(8, 2, 64, bs, None, kind);
-        check_against_naive_windowed(4, 4, 72, bs, None, kind);
+        check_against_naive_windowed(8, 2, 64, bs, None, kind, KvDtype::F32);
+        check_against_naive_windowed(4, 4, 72, bs, None, kind, KvDtype::F32);
     }
-    check_against_naive_windowed(14, 2, 64, 16, Some(0.5), sliding(20));
+    check_against_naive_windowed(14, 2, 64, 16, Some(0.5), sliding(20), KvDtype::F32);
+}
+
+/// Every cache element type, on the shapes that take each decoding path:
+/// whole 16-key chunks (the AVX-512 decoders), a block size below 16 (the
+/// portable decoder), heads not a multiple of 16 (the portable V decoder),
+/// several chunks per block, and a window.
+#[test]
+fn every_kv_dtype_matches_naive_attention_on_what_it_stores() {
+    for dtype in [KvDtype::Bf16, KvDtype::F16, KvDtype::Q8_0] {
+        let full = AttentionKind::Full;
+        check_against_naive_windowed(14, 2, 64, 16, None, full, dtype);
+        check_against_naive_windowed(8, 4, 32, 8, None, full, dtype);
+        check_against_naive_windowed(6, 2, 32, 48, Some(0.5), full, dtype);
+        let window = AttentionKind::SlidingWindow { window: 20 };
+        check_against_naive_windowed(8, 2, 128, 16, None, window, dtype);
+        if dtype != KvDtype::Q8_0 {
+            check_against_naive_windowed(4, 4, 72, 5, None, full, dtype);
+            check_against_naive_windowed(4, 2, 40, 16, None, full, dtype);
+        }
+    }
 }
 
 #[test]

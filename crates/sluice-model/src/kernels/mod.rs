@@ -58,14 +58,14 @@
 //!   dequantized first) kept for tests.
 
 mod dispatch;
-mod formats;
+pub(crate) mod formats;
 mod gemm;
 mod gemm_bf16;
 mod gemm_f16;
 mod gemm_f32;
 pub(crate) mod math;
 mod pool;
-mod quant;
+pub(crate) mod quant;
 mod reduce;
 mod sync_ptr;
 

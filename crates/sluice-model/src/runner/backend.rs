@@ -13,7 +13,7 @@
 //! and the logits buffer only grow); logits rows are those of
 //! `Model::forward_hidden` then `Model::compute_logits`, bit for bit.
 
-use crate::kv_cache::{KvCache, KvCacheConfig};
+use crate::kv_cache::{KvCache, KvCacheConfig, KvDtype};
 use crate::model::{ForwardBatch, LoadedModel, Model, Workspace};
 use anyhow::{bail, Result};
 use sluice_core::kv_cache::{AttentionKind, KvCacheGroupSpec};
@@ -41,6 +41,12 @@ pub trait ForwardBackend: Send {
     /// per group (`ForwardBatch::block_tables`).
     fn kv_cache_groups(&self) -> Vec<KvCacheGroupSpec> {
         vec![KvCacheGroupSpec::FULL]
+    }
+
+    /// How the KV cache stores its elements, if the backend says
+    /// (reported as vLLM's `cache_dtype`).
+    fn kv_cache_dtype(&self) -> Option<KvDtype> {
+        None
     }
 
     /// Runs `batch`: writes its tokens' K/V into the cache at
@@ -128,6 +134,10 @@ impl ForwardBackend for CpuBackend {
 
     fn kv_cache_groups(&self) -> Vec<KvCacheGroupSpec> {
         self.kv.group_specs().to_vec()
+    }
+
+    fn kv_cache_dtype(&self) -> Option<KvDtype> {
+        Some(self.kv.dtype())
     }
 
     fn forward(&mut self, batch: &ForwardBatch) -> Result<()> {

@@ -11,6 +11,7 @@
 //! [`BackendRegistry::create`].
 
 use crate::executor::{KvCacheSize, ModelExecutor};
+use crate::kv_cache::{KvCacheConfig, KvDtype};
 use crate::LoadedModel;
 use anyhow::{anyhow, Result};
 use sluice_core::kv_cache::GroupingPolicy;
@@ -28,6 +29,9 @@ pub struct BackendRequest<'a> {
     /// Which windowed layers get KV cache groups of their own
     /// (`--disable-hybrid-kv-cache-manager` turns `hybrid` off).
     pub grouping: GroupingPolicy,
+    /// How the KV cache stores its elements (`--kv-cache-dtype`,
+    /// resolved).
+    pub kv_dtype: KvDtype,
     /// Seeds the default per-request seeds (`--model-seed`).
     pub seed: u64,
 }
@@ -55,13 +59,10 @@ pub struct BackendRegistry {
 pub const DEFAULT_BACKEND: &str = "cpu";
 
 fn cpu(req: &BackendRequest<'_>) -> Result<Box<dyn Executor>> {
-    let exec = ModelExecutor::with_grouping(
-        req.model,
-        req.block_size,
-        req.kv_cache_size,
-        req.grouping,
-        req.seed,
-    )?;
+    let layout = KvCacheConfig::new(req.block_size, 0)
+        .with_grouping(req.grouping)
+        .with_dtype(req.kv_dtype);
+    let exec = ModelExecutor::with_layout(req.model, layout, req.kv_cache_size, req.seed)?;
     Ok(Box::new(exec))
 }
 

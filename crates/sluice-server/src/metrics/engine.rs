@@ -52,11 +52,10 @@ pub fn cache_config_labels(c: &SchedulerConfig) -> Vec<(&'static str, String)> {
     vec![
         ("_block_size_resolved", "True".into()),
         ("block_size", c.block_size.to_string()),
-        // vLLM would print its default "auto" (= the model's dtype), but
-        // sluice's KV cache is f32 whatever the weights' dtype, so "auto"
-        // would claim bf16 for a bf16 model. The honest value, though not
-        // one vLLM accepts for --kv-cache-dtype.
-        ("cache_dtype", "float32".into()),
+        // The type the executor stores, not the flag: sluice's
+        // `--kv-cache-dtype auto` is float16, and vLLM's "auto" would claim
+        // the model's dtype.
+        ("cache_dtype", c.cache_dtype.clone()),
         ("cache_hit_alignment_tokens", none()),
         // The full-attention groups' block size when they share one (vLLM's
         // `_initialize_effective_attention_block_size`); None without any.

@@ -58,9 +58,10 @@ mod portable;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86;
 
-pub use activations::quantized_activations;
+pub(crate) use activations::quantize_q8_0_block;
 #[cfg(test)]
-pub(crate) use activations::{quantize_q8_0_block, quantize_q8_k_block};
+pub(crate) use activations::quantize_q8_k_block;
+pub use activations::quantized_activations;
 pub(crate) use activations::{ActBlock, ActKind};
 pub(crate) use driver::{matmul_quant, QuantSource};
 pub use panels::PackedWeight;

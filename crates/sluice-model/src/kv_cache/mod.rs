@@ -11,7 +11,7 @@
 //! layer pages. A layer reads and writes its slot's tensor through its
 //! group's block table.
 //!
-//! Layout, per tensor, f32:
+//! Layout, per tensor, in elements of the cache's type (`dtype`):
 //! - V: `[num_blocks, num_kv_heads, block_size, head_dim]`;
 //! - K: `[num_blocks, num_kv_heads, head_dim, block_size]` — transposed
 //!   within the block.
@@ -28,13 +28,12 @@
 //! scattered store per (head, dim) per new token — negligible next to the
 //! reads.
 //!
-//! Why f32 even for bf16 models: K and V come out of f32 activations and
-//! are consumed by f32 attention; keeping them in f32 adds no rounding on top
-//! of the weights' and needs no conversion in the attention loop. The cost
-//! is memory, and at the sizes this runner targets the KV traffic of a
-//! decode step is a few percent of the weight traffic (Qwen2.5-0.5B, 32
-//! requests × 256 tokens: ~100 MB of KV against 773 MB of bf16 weights), so
-//! halving it would buy little speed. The budget decides how many tokens fit.
+//! Element types (`dtype`, `--kv-cache-dtype`): f32, bf16, f16 or q8_0
+//! (`dtype.rs`). The CLI's default is f16 (llama.cpp's default KV type;
+//! half of f32's bytes): the budget holds twice the tokens and a long
+//! context's attention reads half the bytes. Library callers
+//! get f32 unless they ask, which adds no rounding on top of the weights'
+//! and is what exactness tests compare against.
 //!
 //! Promises: block 0 (the scheduler's null block) is allocated but never
 //! written through a valid block table; `write` only touches the slots it is
@@ -54,7 +53,10 @@ use crate::memory::{available_bytes, format_bytes};
 use anyhow::{anyhow, bail, Result};
 use sluice_core::config::MAX_NUM_GPU_BLOCKS;
 use sluice_core::kv_cache::{GroupingPolicy, KvCacheGroupSpec, LayerGroups};
-use std::alloc::Layout;
+
+mod dtype;
+pub use dtype::{KvDtype, KvTensor, KEY_TILE};
+pub use sluice_arch::KvCacheDtype;
 
 /// How many blocks of how many tokens the cache holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,6 +69,8 @@ pub struct KvCacheConfig {
     /// Which windowed layers get KV cache groups of their own
     /// (`--disable-hybrid-kv-cache-manager` turns `hybrid` off).
     pub grouping: GroupingPolicy,
+    /// How each element is stored (`--kv-cache-dtype`).
+    pub dtype: KvDtype,
 }
 
 impl KvCacheConfig {
@@ -75,7 +79,13 @@ impl KvCacheConfig {
             block_size,
             num_blocks,
             grouping: GroupingPolicy::default(),
+            dtype: KvDtype::F32,
         }
+    }
+
+    /// The same pool storing `dtype`.
+    pub fn with_dtype(self, dtype: KvDtype) -> Self {
+        KvCacheConfig { dtype, ..self }
     }
 
     /// The same pool with `grouping`.
@@ -85,8 +95,8 @@ impl KvCacheConfig {
 
     /// Bytes one block id takes, K and V of every layer slot of a group
     /// (all layers for a plain decoder; `LayerGroups::group_size` of them
-    /// for a hybrid one), with the default grouping; `usize::MAX` when that
-    /// does not fit a `usize` (an absurd `block_size`).
+    /// for a hybrid one), with the default grouping and f32; `usize::MAX`
+    /// when that does not fit a `usize` (an absurd `block_size`).
     pub fn bytes_per_block(model: &ModelConfig, block_size: usize) -> usize {
         Self::new(block_size, 0).block_bytes(model)
     }
@@ -94,18 +104,11 @@ impl KvCacheConfig {
     /// [`bytes_per_block`](Self::bytes_per_block) with this config's
     /// grouping and block size.
     pub fn block_bytes(&self, model: &ModelConfig) -> usize {
-        // The cache is f32 whatever the weights are (see ARCHITECTURE.md).
         let slots = model.kv_layer_groups(self.grouping).group_size();
-        [
-            2,
-            model.num_key_value_heads,
-            model.head_dim,
-            self.block_size,
-            slots,
-        ]
-        .into_iter()
-        .try_fold(std::mem::size_of::<f32>(), usize::checked_mul)
-        .unwrap_or(usize::MAX)
+        [2, model.num_key_value_heads, self.block_size, slots]
+            .into_iter()
+            .try_fold(self.dtype.row_bytes(model.head_dim), usize::checked_mul)
+            .unwrap_or(usize::MAX)
     }
 
     /// As many blocks as fit in `budget_bytes` (a `--kv-cache-memory` style
@@ -149,8 +152,8 @@ impl KvCacheConfig {
         self.sizes(model, slots).map(|_| ())
     }
 
-    /// `check`, returning the floats of one tensor's K (and of its V) and
-    /// the bytes of the whole cache.
+    /// `check`, returning the elements of one tensor's K (and of its V)
+    /// and the bytes of the whole cache.
     fn sizes(&self, model: &ModelConfig, slots: usize) -> Result<(usize, u64)> {
         if self.block_size == 0 {
             bail!("block_size must be at least 1");
@@ -166,8 +169,8 @@ impl KvCacheConfig {
             .into_iter()
             .try_fold(self.num_blocks, usize::checked_mul);
         let total = per_layer
-            .and_then(|n| n.checked_mul(2 * std::mem::size_of::<f32>()))
-            .and_then(|n| n.checked_mul(slots))
+            .and_then(|n| self.dtype.bytes_of(n))
+            .and_then(|n| n.checked_mul(2 * slots))
             .and_then(|n| u64::try_from(n).ok());
         let (Some(per_layer), Some(total)) = (per_layer, total) else {
             bail!(
@@ -210,30 +213,10 @@ fn check_fits(requested: u64, available: Option<u64>) -> Result<()> {
     }
 }
 
-/// `n` zeros, allocated fallibly. `alloc_zeroed` (what `vec![0.0; n]` uses)
-/// gets fresh zero pages from the system for large sizes, so the memory is
-/// only committed when written; `None` instead of an abort when the
-/// allocation fails.
-fn try_zeroed(n: usize) -> Option<Vec<f32>> {
-    if n == 0 {
-        return Some(Vec::new());
-    }
-    let layout = Layout::array::<f32>(n).ok()?;
-    // SAFETY: `layout` has a non-zero size (n > 0).
-    let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<f32>();
-    if ptr.is_null() {
-        return None;
-    }
-    // SAFETY: `ptr` comes from the global allocator with the layout of `n`
-    // f32s (so length and capacity `n` match its size and alignment), and
-    // all `n` are initialised: all-zero bits are 0.0.
-    Some(unsafe { Vec::from_raw_parts(ptr, n, n) })
-}
-
 /// K and V of one storage tensor: one layer slot of every group.
 pub struct LayerKv {
-    pub k: Vec<f32>,
-    pub v: Vec<f32>,
+    pub k: KvTensor,
+    pub v: KvTensor,
 }
 
 /// The cache itself: one `LayerKv` per layer slot of a group, shared by
@@ -243,6 +226,7 @@ pub struct KvCache {
     num_blocks: usize,
     num_kv_heads: usize,
     head_dim: usize,
+    dtype: KvDtype,
     groups: LayerGroups,
     /// Per decoder layer: its (group, storage tensor).
     layer_at: Vec<(usize, usize)>,
@@ -274,9 +258,10 @@ impl KvCache {
             .try_reserve_exact(groups.group_size())
             .map_err(|_| alloc_failed())?;
         for _ in 0..groups.group_size() {
+            let zeroed = || KvTensor::zeroed(config.dtype, per_tensor).ok_or_else(alloc_failed);
             tensors.push(LayerKv {
-                k: try_zeroed(per_tensor).ok_or_else(alloc_failed)?,
-                v: try_zeroed(per_tensor).ok_or_else(alloc_failed)?,
+                k: zeroed()?,
+                v: zeroed()?,
             });
         }
         Ok(KvCache {
@@ -284,10 +269,16 @@ impl KvCache {
             num_blocks: config.num_blocks,
             num_kv_heads: model.num_key_value_heads,
             head_dim: model.head_dim,
+            dtype: config.dtype,
             groups,
             layer_at,
             tensors,
         })
+    }
+
+    /// How the cache stores its elements.
+    pub fn dtype(&self) -> KvDtype {
+        self.dtype
     }
 
     /// The KV cache groups, in the scheduler's order.
@@ -333,19 +324,19 @@ impl KvCache {
         (block * self.num_kv_heads + head) * self.block_size * self.head_dim
     }
 
-    /// The key of `head` at `slot`, gathered from its transposed run.
+    /// The key of `head` at `slot`, gathered from its transposed run and
+    /// decoded.
     pub fn key(&self, layer: usize, slot: usize, head: usize) -> Vec<f32> {
         let (bs, hd) = (self.block_size, self.head_dim);
-        let base = self.block_offset(slot / bs, head);
-        let k = &self.layer(layer).k;
-        (0..hd).map(|d| k[base + d * bs + slot % bs]).collect()
+        let run = self.block_offset(slot / bs, head);
+        self.layer(layer).k.k_row(run, bs, hd, slot % bs)
     }
 
-    /// The value of `head` at `slot`.
-    pub fn value(&self, layer: usize, slot: usize, head: usize) -> &[f32] {
+    /// The value of `head` at `slot`, decoded.
+    pub fn value(&self, layer: usize, slot: usize, head: usize) -> Vec<f32> {
         let (bs, hd) = (self.block_size, self.head_dim);
-        let at = self.block_offset(slot / bs, head) + (slot % bs) * hd;
-        &self.layer(layer).v[at..at + hd]
+        let run = self.block_offset(slot / bs, head);
+        self.layer(layer).v.v_row(run, hd, slot % bs)
     }
 
     /// Stores the K and V of every token of a step at its slot.
@@ -371,12 +362,17 @@ impl KvCache {
             let row = &qkv[t * row_stride..(t + 1) * row_stride];
             for h in 0..nkv {
                 let run = (block * nkv + h) * bs * hd;
-                let k_src = &row[k_offset + h * hd..k_offset + (h + 1) * hd];
-                for (d, &x) in k_src.iter().enumerate() {
-                    k[run + d * bs + offset] = x;
-                }
-                let dst = run + offset * hd;
-                v[dst..dst + hd].copy_from_slice(&row[v_offset + h * hd..v_offset + (h + 1) * hd]);
+                k.write_k_row(
+                    run,
+                    bs,
+                    offset,
+                    &row[k_offset + h * hd..k_offset + (h + 1) * hd],
+                );
+                v.write_v_row(
+                    run,
+                    offset,
+                    &row[v_offset + h * hd..v_offset + (h + 1) * hd],
+                );
             }
         }
     }
@@ -451,9 +447,37 @@ mod tests {
 
     #[test]
     fn zeroed_buffers_are_zero_and_huge_ones_fail() {
-        assert_eq!(try_zeroed(5), Some(vec![0.0; 5]));
-        assert_eq!(try_zeroed(0), Some(Vec::new()));
-        assert!(try_zeroed(usize::MAX / 2).is_none());
+        for dtype in KvDtype::ALL {
+            let t = KvTensor::zeroed(dtype, 64).unwrap();
+            assert_eq!(t.dtype(), dtype);
+            assert_eq!(t.count_nonzero(), 0);
+            assert_eq!(t.v_row(0, 64, 0), vec![0.0; 64]);
+            assert!(KvTensor::zeroed(dtype, usize::MAX / 2).is_none());
+        }
+        assert!(KvTensor::zeroed(KvDtype::F32, 0).is_some());
+    }
+
+    #[test]
+    fn the_budget_and_the_allocation_follow_the_dtype() {
+        let (model, _) = crate::builtin::config("tiny").unwrap();
+        // 2 layers × 2 (K,V) × 16 tokens × 2 heads × one 32-dim row.
+        for (dtype, row) in [
+            (KvDtype::F32, 128),
+            (KvDtype::Bf16, 64),
+            (KvDtype::F16, 64),
+            (KvDtype::Q8_0, 34),
+        ] {
+            let c = KvCacheConfig::new(16, 0).with_dtype(dtype);
+            assert_eq!(c.block_bytes(&model), 2 * 2 * 16 * 2 * row, "{dtype:?}");
+            let c = c
+                .with_memory_budget(&model, 10 * c.block_bytes(&model))
+                .unwrap();
+            assert_eq!(c.num_blocks, 10);
+            assert_eq!(c.size_in_bytes(&model), 10 * c.block_bytes(&model));
+            let kv = KvCache::new(&model, c).unwrap();
+            assert_eq!(kv.dtype(), dtype);
+            assert_eq!(kv.layer(0).k.dtype(), dtype);
+        }
     }
 
     #[test]
@@ -473,10 +497,7 @@ mod tests {
         assert_eq!(kv.value(1, 9, 1), vec![-2.0; hd]);
         assert_eq!(kv.key(1, 9, 0), vec![1.0; hd]);
         assert_eq!(kv.key(1, 8, 0), vec![0.0; hd]);
-        assert_eq!(kv.layer(0).k.iter().filter(|&&x| x != 0.0).count(), 0);
-        assert_eq!(
-            kv.layer(1).k.iter().filter(|&&x| x != 0.0).count(),
-            nkv * hd
-        );
+        assert_eq!(kv.layer(0).k.count_nonzero(), 0);
+        assert_eq!(kv.layer(1).k.count_nonzero(), nkv * hd);
     }
 }
