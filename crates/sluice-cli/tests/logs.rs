@@ -9,6 +9,7 @@ mod common;
 
 use common::{spawn_serve, Serve};
 use serde_json::{json, Value};
+use std::path::Path;
 use std::time::Duration;
 
 /// The environment of a server at the default level, whatever the
@@ -91,6 +92,11 @@ fn three_requests(url: &str) -> Vec<Answer> {
 
 /// The label `name` of the `vllm:cache_config_info` sample in /metrics.
 fn cache_config_label(url: &str, name: &str) -> u64 {
+    cache_config_text(url, name).parse().expect("a number")
+}
+
+/// The label `name` of the `vllm:cache_config_info` sample, as written.
+fn cache_config_text(url: &str, name: &str) -> String {
     let (status, text) = request(url, "GET", "/metrics", None);
     assert_eq!(status, 200);
     let line = text
@@ -102,9 +108,7 @@ fn cache_config_label(url: &str, name: &str) -> u64 {
         .split(&key)
         .nth(1)
         .unwrap_or_else(|| panic!("{name} in {line}"));
-    rest[..rest.find('"').expect("a closing quote")]
-        .parse()
-        .expect("a number")
+    rest[..rest.find('"').expect("a closing quote")].to_string()
 }
 
 /// /v1/models' `max_model_len`.
@@ -411,4 +415,58 @@ fn probes_are_logged_at_debug_only() {
     request(&serve.url, "GET", "/health", None);
     let log = stop(serve);
     assert!(log.iter().all(|l| !l.contains("/health")), "{log:#?}");
+}
+
+/// `--kv-cache-dtype` sets what a block costs: spawn_serve's 16 MiB
+/// budget holds ⌊2²⁴ ÷ (2 layers × K,V × 2 KV heads × 16 tokens × one head's row)⌋
+/// blocks of tiny-qwen3 (head_dim 32), a row being 32 elements of 4 bytes
+/// (float32), 2 (float16, bfloat16, and auto, which is float16) or one
+/// q8_0 block of 34 bytes (llama.cpp's `block_q8_0`: an f16 scale and 32
+/// bytes); /metrics and the startup line name the type stored.
+#[test]
+fn the_kv_cache_dtype_sets_the_pool_and_is_reported() {
+    let model = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../sluice-model/tests/data/gguf/tiny-qwen3.Q8_0.gguf");
+    for (flag, stored, row) in [
+        ("float32", "float32", 128u64),
+        ("bfloat16", "bfloat16", 64),
+        ("auto", "float16", 64),
+        ("q8_0", "q8_0", 34),
+    ] {
+        let mut serve = spawn_serve(
+            &["--model", model.to_str().unwrap(), "--kv-cache-dtype", flag],
+            &[],
+        );
+        let want = (16u64 << 20) / (2 * 2 * 2 * 16 * row);
+        assert_eq!(
+            cache_config_label(&serve.url, "num_gpu_blocks"),
+            want,
+            "{flag}"
+        );
+        assert_eq!(
+            cache_config_text(&serve.url, "cache_dtype"),
+            stored,
+            "{flag}"
+        );
+        let line = serve
+            .log
+            .iter()
+            .find(|l| l.contains("KV cache: "))
+            .unwrap_or_else(|| panic!("{flag}: no KV cache line in {:?}", serve.log))
+            .clone();
+        assert!(line.contains(&format!("({stored});")), "{flag}: {line}");
+        serve.terminate_and_wait();
+    }
+    // fp8 has no CPU kernel: refused at start-up, naming the flag.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["serve", "--port", "0", "--model", model.to_str().unwrap()])
+        .args(["--kv-cache-dtype", "fp8"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--kv-cache-dtype: fp8: the CPU runner"),
+        "{err}"
+    );
 }

@@ -60,7 +60,12 @@ struct Expected {
 
 impl Expected {
     fn blocks(&self) -> u64 {
-        let kv_per_token = self.layers * 2 * self.kv_heads * self.head_dim * 2;
+        self.blocks_of(2)
+    }
+
+    /// Blocks with KV elements of `bytes` each.
+    fn blocks_of(&self, bytes: u64) -> u64 {
+        let kv_per_token = self.layers * 2 * self.kv_heads * self.head_dim * bytes;
         let available = (HW.memory_bytes * UTILIZATION).ceil() - self.weight_bytes as f64;
         (available / (BLOCK_SIZE * kv_per_token) as f64).floor() as u64
     }
@@ -245,6 +250,28 @@ fn the_simulator_and_the_server_size_every_fixture_alike() {
             (want, want),
             "{model:?} (simulate, serve) vs vLLM's sizing of {expected:?}"
         );
+    }
+}
+
+/// `--kv-cache-dtype` sets the bytes of a KV element in both commands:
+/// vLLM's `fp8` 1 byte, `float32` 4 (`auto` is the checkpoint's 2).
+#[test]
+fn the_kv_cache_dtype_sets_the_element_bytes_of_a_simulated_pool() {
+    let dir = temp_dir("dtype-profile");
+    let profile = dir.join("profile.json");
+    let json = serde_json::json!({"kind": "roofline", "hardware": HW});
+    std::fs::write(&profile, json.to_string()).unwrap();
+    let model = repo_data("tiny-qwen2");
+    let e = expected_hf(&model.join("config.json"));
+    for (flag, bytes) in [("fp8", 1), ("float32", 4), ("auto", 2)] {
+        let extra = ["--kv-cache-dtype", flag];
+        let want = e.blocks_of(bytes);
+        assert_eq!(
+            simulate_blocks_with(&model, &profile, &extra),
+            want,
+            "{flag}"
+        );
+        assert_eq!(serve_blocks_with(&model, &profile, &extra), want, "{flag}");
     }
 }
 

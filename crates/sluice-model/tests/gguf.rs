@@ -200,3 +200,122 @@ fn smollm2_config_and_vocabulary_come_from_the_file() {
     let bytes = Model::build(&loaded).unwrap().weight_bytes();
     assert!(bytes < 110_000_000, "{bytes} bytes of weights");
 }
+
+/// Each KV cache element type against the f32 cache, over the scored
+/// positions of a 128-token window (`perplexity::Evaluator`): the mean and
+/// largest KL divergence of a position's distribution from f32's, the
+/// largest change of the next token's log probability, and how often the
+/// top token stays. Returns them per type (F16, Bf16, Q8_0).
+fn kv_type_drift(path: &Path, ids: &[u32]) -> Vec<(f64, f64, f64, usize)> {
+    use sluice_model::kv_cache::KvDtype;
+    use sluice_model::perplexity::Evaluator;
+    let loaded = load(path);
+    let model = Model::build(&loaded).unwrap();
+    let window = &ids[..128];
+    let vocab = model.config.vocab_size;
+    let log_softmax = |row: &[f32]| -> Vec<f64> {
+        let max = row.iter().fold(f64::NEG_INFINITY, |m, &l| m.max(l as f64));
+        let z: f64 = row.iter().map(|&l| (l as f64 - max).exp()).sum();
+        row.iter().map(|&l| l as f64 - max - z.ln()).collect()
+    };
+    let argmax = |r: &[f32]| (0..r.len()).fold(0, |m, i| if r[i] > r[m] { i } else { m });
+    let rows = |dtype| {
+        let mut e = Evaluator::new(&model, 128, 128, None, dtype).unwrap();
+        e.window_logits(window).unwrap().to_vec()
+    };
+    let exact = rows(KvDtype::F32);
+    let mut out = Vec::new();
+    for dtype in [KvDtype::F16, KvDtype::Bf16, KvDtype::Q8_0] {
+        let got = rows(dtype);
+        let (mut kld_sum, mut kld_max, mut dlp, mut same) = (0f64, 0f64, 0f64, 0);
+        for (i, (a, b)) in exact.chunks(vocab).zip(got.chunks(vocab)).enumerate() {
+            let (la, lb) = (log_softmax(a), log_softmax(b));
+            let kld: f64 = la.iter().zip(&lb).map(|(p, q)| p.exp() * (p - q)).sum();
+            kld_sum += kld;
+            kld_max = kld_max.max(kld);
+            let next = window[64 + i + 1] as usize;
+            dlp = dlp.max((la[next] - lb[next]).abs());
+            same += (argmax(a) == argmax(b)) as usize;
+        }
+        let mean = kld_sum / 63.0;
+        eprintln!(
+            "{}: {dtype:?}: mean KLD {mean:.2e}, max {kld_max:.2e}, next-token logprob change \
+             {dlp:.4}, same top {same}/63",
+            path.display()
+        );
+        out.push((mean, kld_max, dlp, same));
+    }
+    out
+}
+
+/// Bounds: about twice what these files gave (printed with --nocapture),
+/// `(mean KLD, max KLD, max next-token logprob change, least top kept)`.
+fn check_drift(what: &str, got: &[(f64, f64, f64, usize)], bounds: [(f64, f64, f64, usize); 3]) {
+    for (name, (g, b)) in ["f16", "bf16", "q8_0"].iter().zip(got.iter().zip(bounds)) {
+        assert!(
+            g.0 <= b.0 && g.1 <= b.1,
+            "{what} {name}: KLD mean {} max {}",
+            g.0,
+            g.1
+        );
+        assert!(
+            g.2 <= b.2,
+            "{what} {name}: next-token log probability moves by {}",
+            g.2
+        );
+        assert!(g.3 >= b.3, "{what} {name}: top token kept at {} of 63", g.3);
+    }
+}
+
+/// On float weights the cache's rounding is all that moves: tiny-qwen3's
+/// F32 file (head_dim 32, so q8_0 applies; random weights, so no near-zero
+/// entropy to hide behind), f16 closest, then bf16, then q8_0 — each
+/// within its bound (measured: mean KLD 1.3e-7, 9.3e-6, 8.6e-5).
+#[test]
+fn kv_cache_types_stay_within_their_tolerance_on_float_weights() {
+    let ids: Vec<u32> = (0..128u32).map(|i| (i * 7919 + 11) % 1000).collect();
+    let got = kv_type_drift(&gguf_dir().join("tiny-qwen3.F32.gguf"), &ids);
+    check_drift(
+        "tiny-qwen3 F32",
+        &got,
+        [
+            (3e-7, 2e-6, 0.005, 63),
+            (2e-5, 1e-4, 0.04, 61),
+            (2e-4, 7e-4, 0.05, 58),
+        ],
+    );
+    assert!(got[0].0 < got[1].0 && got[1].0 < got[2].0, "{got:?}");
+}
+
+/// A real model's K and V (SmolLM2-135M Q4_1). Its matmuls requantize the
+/// activations to 8 bits, so any change of an attention output, however
+/// small, moves some activation codes by one step: every type lands at that
+/// floor (f16's KL divergence is ~1e-6 on F32 weights, see README).
+#[test]
+fn kv_cache_types_stay_within_their_tolerance_on_a_real_model() {
+    let loaded = load(&smollm2());
+    let tok =
+        sluice_model::tokenizer::Tokenizer::from_gguf_vocab(&loaded.gguf.as_ref().unwrap().vocab)
+            .unwrap();
+    let text = "The cache of keys and values grows with every token of every request. \
+        Stored in thirty-two bit floats it is generous; in sixteen bits it holds twice as \
+        many tokens in the same memory; in eight bits with a scale per block it holds nearly \
+        four times as many. Attention then reads fewer bytes per token, which matters most \
+        when contexts are long and batches are large. Measuring is the only honest answer: \
+        run the same text through both programs and compare what they predict, token by \
+        token, for the whole length of the window and a little beyond it. A number from one \
+        run on one machine is a start; the same number on a second machine, with another \
+        text, is a result.";
+    let ids = tok.encode(text, true).unwrap();
+    assert!(ids.len() >= 128, "{} tokens", ids.len());
+    let got = kv_type_drift(&smollm2(), &ids);
+    check_drift(
+        "SmolLM2 Q4_1",
+        &got,
+        [
+            (8e-3, 2e-2, 0.6, 58),
+            (8e-3, 2e-2, 0.4, 58),
+            (1e-2, 4e-2, 0.5, 54),
+        ],
+    );
+}
