@@ -14,6 +14,7 @@ mod perplexity;
 mod replay;
 mod serve;
 mod simulate;
+mod simulated;
 mod startup;
 
 #[derive(Parser)]

@@ -243,54 +243,65 @@ fn compare(
     Ok(())
 }
 
-/// One row of llama.cpp's running table.
-fn chunk_line(i: usize, s: &KldSums) -> String {
-    let (lp, lp_u) = mean_and_uncertainty(s.sum_nll, s.sum_nll2, s.count);
-    let (lb, lb_u) = mean_and_uncertainty(s.sum_nll_base, s.sum_nll_base2, s.count);
-    let cov = covariance(s.sum_nll, s.sum_nll_base, s.sum_nll_nll_base, s.count);
-    let ratio_u = (lp_u * lp_u + lb_u * lb_u - 2.0 * cov).sqrt();
-    let (kld, kld_u) = mean_and_uncertainty(s.sum_kld, s.sum_kld2, s.count);
-    let (mse, mse_u) = mean_and_uncertainty(s.sum_p_diff2, s.sum_p_diff4, s.count);
-    let rms = mse.sqrt();
-    let top = s.n_same_top as f64 / s.count as f64;
-    let top_u = (top * (1.0 - top) / (s.count as f64 - 1.0)).sqrt();
-    format!(
-        "{:4}    {:9.4} ± {:9.4}    {:10.5} ± {:10.5}    {:10.5} ± {:10.5}    {:6.3} ± {:6.3} %    {:6.3} ± {:6.3} %",
-        i + 1,
-        lp.exp(),
-        lp.exp() * lp_u,
-        lp - lb,
-        ratio_u,
-        kld,
-        kld_u,
-        100.0 * rms,
-        100.0 * 0.5 / rms * mse_u,
-        100.0 * top,
-        100.0 * top_u
-    )
-}
-
-/// llama.cpp's closing statistics.
-struct KldStats {
+/// The figures llama.cpp prints per chunk and again at the end, each a
+/// value and its uncertainty, from the running sums.
+struct Headline {
     ppl: (f64, f64),
     ppl_base: (f64, f64),
     ln_ratio: (f64, f64),
     kld: (f64, f64),
-    kld_quantiles: Vec<(&'static str, f32)>,
-    p_diff_quantiles: Vec<(&'static str, f32)>,
     rms_p_diff: (f64, f64),
     same_top: (f64, f64),
 }
 
-impl KldStats {
-    fn of(run: &KldRun) -> KldStats {
-        let s = &run.sums;
+impl Headline {
+    fn of(s: &KldSums) -> Headline {
         let (lp, lp_u) = mean_and_uncertainty(s.sum_nll, s.sum_nll2, s.count);
         let (lb, lb_u) = mean_and_uncertainty(s.sum_nll_base, s.sum_nll_base2, s.count);
         let cov = covariance(s.sum_nll, s.sum_nll_base, s.sum_nll_nll_base, s.count);
         let (mse, mse_u) = mean_and_uncertainty(s.sum_p_diff2, s.sum_p_diff4, s.count);
         let rms = mse.sqrt();
         let top = s.n_same_top as f64 / s.count as f64;
+        Headline {
+            ppl: (lp.exp(), lp.exp() * lp_u),
+            ppl_base: (lb.exp(), lb.exp() * lb_u),
+            ln_ratio: (lp - lb, (lp_u * lp_u + lb_u * lb_u - 2.0 * cov).sqrt()),
+            kld: mean_and_uncertainty(s.sum_kld, s.sum_kld2, s.count),
+            rms_p_diff: (rms, 0.5 / rms * mse_u),
+            same_top: (top, (top * (1.0 - top) / (s.count as f64 - 1.0)).sqrt()),
+        }
+    }
+}
+
+/// One row of llama.cpp's running table.
+fn chunk_line(i: usize, s: &KldSums) -> String {
+    let h = Headline::of(s);
+    format!(
+        "{:4}    {:9.4} ± {:9.4}    {:10.5} ± {:10.5}    {:10.5} ± {:10.5}    {:6.3} ± {:6.3} %    {:6.3} ± {:6.3} %",
+        i + 1,
+        h.ppl.0,
+        h.ppl.1,
+        h.ln_ratio.0,
+        h.ln_ratio.1,
+        h.kld.0,
+        h.kld.1,
+        100.0 * h.rms_p_diff.0,
+        100.0 * h.rms_p_diff.1,
+        100.0 * h.same_top.0,
+        100.0 * h.same_top.1
+    )
+}
+
+/// llama.cpp's closing statistics: the headline figures and the
+/// quantiles of the per-position KLD and Δp.
+struct KldStats {
+    headline: Headline,
+    kld_quantiles: Vec<(&'static str, f32)>,
+    p_diff_quantiles: Vec<(&'static str, f32)>,
+}
+
+impl KldStats {
+    fn of(run: &KldRun) -> KldStats {
         let quantiles =
             |v: &[f32], fractions: &[(&'static str, f32)]| -> Vec<(&'static str, f32)> {
                 if v.is_empty() {
@@ -303,10 +314,7 @@ impl KldStats {
                 q
             };
         KldStats {
-            ppl: (lp.exp(), lp.exp() * lp_u),
-            ppl_base: (lb.exp(), lb.exp() * lb_u),
-            ln_ratio: (lp - lb, (lp_u * lp_u + lb_u * lb_u - 2.0 * cov).sqrt()),
-            kld: mean_and_uncertainty(s.sum_kld, s.sum_kld2, s.count),
+            headline: Headline::of(&run.sums),
             kld_quantiles: quantiles(
                 &run.kld,
                 &[
@@ -335,8 +343,6 @@ impl KldStats {
                     ("0.1%", 0.001),
                 ],
             ),
-            rms_p_diff: (rms, 0.5 / rms * mse_u),
-            same_top: (top, (top * (1.0 - top) / (s.count as f64 - 1.0)).sqrt()),
         }
     }
 
@@ -348,14 +354,14 @@ impl KldStats {
                 .collect::<serde_json::Map<_, _>>()
         };
         json!({
-            "ppl": pair(self.ppl),
-            "ppl_base": pair(self.ppl_base),
-            "ln_ppl_ratio": pair(self.ln_ratio),
-            "kld": pair(self.kld),
+            "ppl": pair(self.headline.ppl),
+            "ppl_base": pair(self.headline.ppl_base),
+            "ln_ppl_ratio": pair(self.headline.ln_ratio),
+            "kld": pair(self.headline.kld),
             "kld_quantiles": q(&self.kld_quantiles),
             "p_diff_quantiles": q(&self.p_diff_quantiles),
-            "rms_p_diff": pair(self.rms_p_diff),
-            "same_top_p": pair(self.same_top),
+            "rms_p_diff": pair(self.headline.rms_p_diff),
+            "same_top_p": pair(self.headline.same_top),
         })
     }
 
@@ -364,19 +370,22 @@ impl KldStats {
         println!("====== Perplexity statistics ======");
         println!(
             "Mean PPL(Q)                   : {:10.6} ± {:10.6}",
-            self.ppl.0, self.ppl.1
+            self.headline.ppl.0, self.headline.ppl.1
         );
         println!(
             "Mean PPL(base)                : {:10.6} ± {:10.6}",
-            self.ppl_base.0, self.ppl_base.1
+            self.headline.ppl_base.0, self.headline.ppl_base.1
         );
         println!(
             "Mean ln(PPL(Q)/PPL(base))     : {:10.6} ± {:10.6}",
-            self.ln_ratio.0, self.ln_ratio.1
+            self.headline.ln_ratio.0, self.headline.ln_ratio.1
         );
         println!();
         println!("====== KL divergence statistics ======");
-        println!("Mean    KLD: {:10.6} ± {:10.6}", self.kld.0, self.kld.1);
+        println!(
+            "Mean    KLD: {:10.6} ± {:10.6}",
+            self.headline.kld.0, self.headline.kld.1
+        );
         for (n, v) in &self.kld_quantiles {
             println!("{n:<7} KLD: {v:10.6}");
         }
@@ -387,13 +396,13 @@ impl KldStats {
         }
         println!(
             "RMS Δp    : {:6.3} ± {:5.3} %",
-            100.0 * self.rms_p_diff.0,
-            100.0 * self.rms_p_diff.1
+            100.0 * self.headline.rms_p_diff.0,
+            100.0 * self.headline.rms_p_diff.1
         );
         println!(
             "Same top p: {:6.3} ± {:5.3} %",
-            100.0 * self.same_top.0,
-            100.0 * self.same_top.1
+            100.0 * self.headline.same_top.0,
+            100.0 * self.headline.same_top.1
         );
     }
 }

@@ -8,8 +8,9 @@
 
 use crate::exit::{bad_config, config_error, exit_code};
 use crate::options::{
-    parse_size, prepare_engine, prepare_simulated_engine, ModelArgs, SchedulerArgs, Simulation,
+    parse_size, prepare_engine, prepare_simulated_engine, ModelArgs, SchedulerArgs,
 };
+use crate::simulated::Simulation;
 use crate::startup;
 use anyhow::{Context, Result};
 use clap::Args;

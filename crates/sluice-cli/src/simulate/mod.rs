@@ -13,7 +13,8 @@
 
 use crate::bench;
 use crate::exit::{bad_config, exit_code};
-use crate::options::{hash_seed_from_env, simulated_kv_blocks, SchedulerArgs};
+use crate::options::{hash_seed_from_env, SchedulerArgs};
+use crate::simulated::simulated_kv_blocks;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use serde_json::{json, Map, Value};

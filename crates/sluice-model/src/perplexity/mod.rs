@@ -65,7 +65,11 @@ pub struct Evaluator<'m> {
     n_ctx: usize,
     n_batch: usize,
     bos: Option<u32>,
+    /// The scored rows of the last window, and the buffers of one pass
+    /// (its tokens, its logits), kept across windows.
     logits: Vec<f32>,
+    piece: Vec<u32>,
+    rows: Vec<f32>,
 }
 
 impl<'m> Evaluator<'m> {
@@ -114,6 +118,8 @@ impl<'m> Evaluator<'m> {
             n_batch,
             bos,
             logits: Vec::new(),
+            piece: Vec::new(),
+            rows: Vec::new(),
         })
     }
 
@@ -132,21 +138,19 @@ impl<'m> Evaluator<'m> {
         let vocab = self.vocab_size();
         let hidden = self.model.config.hidden_size;
         self.logits.clear();
-        let mut piece = Vec::with_capacity(self.n_batch.min(n_ctx));
-        let mut rows = Vec::new();
         let mut pos = 0;
         while pos < n_ctx {
             let end = (pos + self.n_batch).min(n_ctx);
-            piece.clear();
-            piece.extend_from_slice(&window[pos..end]);
+            self.piece.clear();
+            self.piece.extend_from_slice(&window[pos..end]);
             if pos == 0 {
                 if let Some(bos) = self.bos {
-                    piece[0] = bos;
+                    self.piece[0] = bos;
                 }
             }
             self.batch.clear();
             self.batch
-                .push_seq_groups(&piece, pos, &self.tables, self.block_size)?;
+                .push_seq_groups(&self.piece, pos, &self.tables, self.block_size)?;
             self.batch.logits_rows.extend(
                 (pos..end)
                     .filter(|p| (first..last).contains(p))
@@ -157,8 +161,9 @@ impl<'m> Evaluator<'m> {
                 .model
                 .forward_hidden(&self.batch, &mut self.kv, &mut self.ws)?;
             if n > 0 {
-                self.model.compute_logits(&h[..n * hidden], n, &mut rows);
-                self.logits.extend_from_slice(&rows[..n * vocab]);
+                self.model
+                    .compute_logits(&h[..n * hidden], n, &mut self.rows);
+                self.logits.extend_from_slice(&self.rows[..n * vocab]);
             }
             pos = end;
         }
