@@ -9,7 +9,10 @@
 // to the math than zipped iterators.
 #![allow(clippy::needless_range_loop)]
 
+use crate::kernels::dispatch::KernelPath;
 use crate::kernels::formats::{f16_to_f32, f32_to_f16, QuantFormat};
+use crate::kernels::pool;
+use crate::kernels::SyncPtr;
 
 /// The activation format a weight format's integer kernels pair with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,8 +66,27 @@ pub(crate) struct Acts {
 }
 
 impl Acts {
-    /// Quantizes `x[m×k]` (rows `ldx` apart) for `kind`, reusing buffers.
+    /// Quantizes `x[m×k]` (rows `ldx` apart) for `kind`, reusing buffers,
+    /// on the scalar path and the caller's thread (the reference).
     pub(crate) fn quantize(&mut self, kind: ActKind, x: &[f32], ldx: usize, m: usize, k: usize) {
+        self.quantize_with(KernelPath::Portable, 1, kind, x, ldx, m, k);
+    }
+
+    /// As `quantize`, with `path`'s block quantizers (every path gives the
+    /// same bytes) and, for prefill-sized inputs, rows split over up to
+    /// `threads` threads of the pool: this runs before the matmul can
+    /// start, so done serially it leaves the other threads waiting.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn quantize_with(
+        &mut self,
+        path: KernelPath,
+        threads: usize,
+        kind: ActKind,
+        x: &[f32],
+        ldx: usize,
+        m: usize,
+        k: usize,
+    ) {
         let block = kind.block();
         debug_assert!(k.is_multiple_of(block));
         let nb = k / block;
@@ -78,27 +100,48 @@ impl Acts {
         fit(&mut self.d, m * nb, 0.0);
         fit(&mut self.s, m * nb, 0.0);
         fit(&mut self.sums, m * nb * spb, 0);
-        for i in 0..m {
-            let row = &x[i * ldx..i * ldx + k];
-            for b in 0..nb {
-                let src = &row[b * block..(b + 1) * block];
-                let qs = &mut self.qs[i * k + b * block..i * k + (b + 1) * block];
-                let at = i * nb + b;
-                match kind {
-                    ActKind::Q8_0 | ActKind::Q8_1 => {
-                        let (d, s, sum) = quantize_q8_0_block(src, qs);
-                        self.d[at] = d;
-                        self.s[at] = if kind == ActKind::Q8_1 { s } else { 0.0 };
-                        self.sums[at] = sum;
-                    }
-                    ActKind::Q8K => {
-                        let sums = &mut self.sums[at * 16..at * 16 + 16];
-                        self.d[at] = quantize_q8_k_block(src, qs, sums);
-                        self.s[at] = 0.0;
-                    }
-                }
-            }
+        let tasks = if m * k >= PARALLEL_MIN_ELEMENTS {
+            threads.clamp(1, m)
+        } else {
+            1
+        };
+        if tasks == 1 {
+            let out = RowsOut {
+                qs: &mut self.qs[..m * k],
+                d: &mut self.d[..m * nb],
+                s: &mut self.s[..m * nb],
+                sums: &mut self.sums[..m * nb * spb],
+            };
+            quantize_rows(path, kind, x, ldx, k, 0..m, out);
+            return;
         }
+        let per = m.div_ceil(tasks);
+        let (qs, d, s, sums) = (
+            SyncPtr(self.qs.as_mut_ptr()),
+            SyncPtr(self.d.as_mut_ptr()),
+            SyncPtr(self.s.as_mut_ptr()),
+            SyncPtr(self.sums.as_mut_ptr()),
+        );
+        pool::run(tasks, m.div_ceil(per), &|t| {
+            let (i0, i1) = (t * per, ((t + 1) * per).min(m));
+            let n = i1 - i0;
+            // SAFETY: task `t` alone touches rows i0..i1 of each buffer
+            // (the tasks' row ranges are disjoint), every buffer holds `m`
+            // rows (`fit` above), and `pool::run` returns only after every
+            // task finished, while `self` stays mutably borrowed.
+            let out = unsafe {
+                RowsOut {
+                    qs: std::slice::from_raw_parts_mut(qs.get().add(i0 * k), n * k),
+                    d: std::slice::from_raw_parts_mut(d.get().add(i0 * nb), n * nb),
+                    s: std::slice::from_raw_parts_mut(s.get().add(i0 * nb), n * nb),
+                    sums: std::slice::from_raw_parts_mut(
+                        sums.get().add(i0 * nb * spb),
+                        n * nb * spb,
+                    ),
+                }
+            };
+            quantize_rows(path, kind, x, ldx, k, i0..i1, out);
+        });
     }
 
     /// Block `b` of row `i`.
@@ -119,6 +162,82 @@ impl Acts {
 fn fit<T: Copy>(v: &mut Vec<T>, len: usize, fill: T) {
     if v.len() < len {
         v.resize(len, fill);
+    }
+}
+
+/// Below this many elements (`m · k`) the activations are quantized on the
+/// caller's thread: waking the pool costs more than it saves (a decode
+/// batch's rows take a few microseconds).
+const PARALLEL_MIN_ELEMENTS: usize = 32 * 1024;
+
+/// The buffers of a run of rows (row 0 is the run's first).
+struct RowsOut<'a> {
+    qs: &'a mut [i8],
+    d: &'a mut [f32],
+    s: &'a mut [f32],
+    sums: &'a mut [i32],
+}
+
+/// Quantizes rows `rows` of `x` into `out`.
+fn quantize_rows(
+    path: KernelPath,
+    kind: ActKind,
+    x: &[f32],
+    ldx: usize,
+    k: usize,
+    rows: std::ops::Range<usize>,
+    out: RowsOut<'_>,
+) {
+    let block = kind.block();
+    let nb = k / block;
+    #[cfg(target_arch = "x86_64")]
+    let simd = path == KernelPath::Avx512;
+    #[cfg(not(target_arch = "x86_64"))]
+    let simd = {
+        let _ = path;
+        false
+    };
+    for (r, i) in rows.enumerate() {
+        let row = &x[i * ldx..i * ldx + k];
+        for b in 0..nb {
+            let src = &row[b * block..(b + 1) * block];
+            let qs = &mut out.qs[r * k + b * block..r * k + (b + 1) * block];
+            let at = r * nb + b;
+            match kind {
+                ActKind::Q8_0 | ActKind::Q8_1 => {
+                    let (d, s, sum) = if simd {
+                        #[cfg(target_arch = "x86_64")]
+                        // SAFETY: the Avx512 path is only chosen where the
+                        // CPU has AVX-512F (`KernelPath` is clamped to it).
+                        unsafe {
+                            x86::quantize_q8_0_block(src, qs)
+                        }
+                        #[cfg(not(target_arch = "x86_64"))]
+                        unreachable!()
+                    } else {
+                        quantize_q8_0_block(src, qs)
+                    };
+                    out.d[at] = d;
+                    out.s[at] = if kind == ActKind::Q8_1 { s } else { 0.0 };
+                    out.sums[at] = sum;
+                }
+                ActKind::Q8K => {
+                    let sums = &mut out.sums[at * 16..at * 16 + 16];
+                    out.d[at] = if simd {
+                        #[cfg(target_arch = "x86_64")]
+                        // SAFETY: as above.
+                        unsafe {
+                            x86::quantize_q8_k_block(src, qs, sums)
+                        }
+                        #[cfg(not(target_arch = "x86_64"))]
+                        unreachable!()
+                    } else {
+                        quantize_q8_k_block(src, qs, sums)
+                    };
+                    out.s[at] = 0.0;
+                }
+            }
+        }
     }
 }
 
@@ -146,7 +265,10 @@ pub(crate) fn quantize_q8_0_block(x: &[f32], q: &mut [i8]) -> (f32, f32, i32) {
         // <= 127 up to rounding).
         let r = round_half_even(v * id);
         let r = if r.is_nan() { 0 } else { r as i32 };
-        sum += r;
+        // Wrapping: a denormal |max| makes the scale infinite and `r`
+        // saturate (garbage in, but no overflow panic, and the same sum
+        // in any order).
+        sum = sum.wrapping_add(r);
         *o = r.clamp(-128, 127) as i8;
     }
     let dh = f16_to_f32(f32_to_f16(d));
@@ -183,6 +305,111 @@ pub(crate) fn quantize_q8_k_block(x: &[f32], q: &mut [i8], sums: &mut [i32]) -> 
     1.0 / iscale
 }
 
+/// The AVX-512 block quantizers: the same bytes as the scalar ones (the
+/// same f32 products, round-half-even conversion, and NaN lanes taken as
+/// 0 as the scalar code does), 16 lanes at a time.
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use crate::kernels::formats::{f16_to_f32, f32_to_f16};
+    use std::arch::x86_64::*;
+
+    /// `|v|` of 16 lanes, and the running maximum of `|v|` that skips NaN
+    /// lanes as `f32::max` does (`max_ps` returns its second operand when
+    /// either is NaN, and `acc` never is).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn abs_max(v: __m512, acc: __m512) -> (__m512, __m512) {
+        let a = _mm512_abs_ps(v);
+        (a, _mm512_max_ps(a, acc))
+    }
+
+    /// `round_half_even(v · id) as i32`, as the scalar code computes it:
+    /// `cvtps_epi32` rounds to nearest even under the default MXCSR; NaN
+    /// lanes become 0 and out-of-range ones saturate, as Rust's `as` does
+    /// (the hardware gives i32::MIN for both; the scale overflows to
+    /// infinity when a block's |max| is a denormal).
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn round_scaled(v: __m512, id: __m512) -> __m512i {
+        let x = _mm512_mul_ps(v, id);
+        let ordered = _mm512_cmp_ps_mask::<_CMP_ORD_Q>(x, x);
+        let too_big = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(x, _mm512_set1_ps(2_147_483_648.0));
+        let r = _mm512_maskz_cvtps_epi32(ordered, x);
+        _mm512_mask_mov_epi32(r, too_big, _mm512_set1_epi32(i32::MAX))
+    }
+
+    /// As `super::quantize_q8_0_block`.
+    ///
+    /// # Safety
+    /// AVX-512F; `x` and `q` are 32 long.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn quantize_q8_0_block(x: &[f32], q: &mut [i8]) -> (f32, f32, i32) {
+        assert!(x.len() == 32 && q.len() == 32);
+        // SAFETY: 32 floats in, 32 bytes out (asserted).
+        unsafe {
+            let v0 = _mm512_loadu_ps(x.as_ptr());
+            let v1 = _mm512_loadu_ps(x.as_ptr().add(16));
+            let (_, m) = abs_max(v0, _mm512_setzero_ps());
+            let (_, m) = abs_max(v1, m);
+            let amax = _mm512_reduce_max_ps(m);
+            let d = amax / 127.0;
+            let id = _mm512_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
+            let r0 = round_scaled(v0, id);
+            let r1 = round_scaled(v1, id);
+            let sum = _mm512_reduce_add_epi32(_mm512_add_epi32(r0, r1));
+            _mm_storeu_si128(q.as_mut_ptr().cast(), _mm512_cvtsepi32_epi8(r0));
+            _mm_storeu_si128(q.as_mut_ptr().add(16).cast(), _mm512_cvtsepi32_epi8(r1));
+            let dh = f16_to_f32(f32_to_f16(d));
+            let s = f16_to_f32(f32_to_f16(d * sum as f32));
+            (dh, s, sum)
+        }
+    }
+
+    /// As `super::quantize_q8_k_block`.
+    ///
+    /// # Safety
+    /// AVX-512F; `x` and `q` are 256 long, `sums` 16.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn quantize_q8_k_block(x: &[f32], q: &mut [i8], sums: &mut [i32]) -> f32 {
+        assert!(x.len() == 256 && q.len() == 256 && sums.len() == 16);
+        // SAFETY: 256 floats in, 256 bytes and 16 sums out (asserted).
+        unsafe {
+            let mut m = _mm512_setzero_ps();
+            for c in 0..16 {
+                (_, m) = abs_max(_mm512_loadu_ps(x.as_ptr().add(16 * c)), m);
+            }
+            let amax = _mm512_reduce_max_ps(m);
+            if amax == 0.0 {
+                q.fill(0);
+                sums.fill(0);
+                return 0.0;
+            }
+            // The scalar code keeps the first value whose |v| is the
+            // largest (a strict `>`), sign included.
+            let target = _mm512_set1_ps(amax);
+            let mut max = amax;
+            for c in 0..16 {
+                let v = _mm512_loadu_ps(x.as_ptr().add(16 * c));
+                let hit = _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(_mm512_abs_ps(v), target);
+                if hit != 0 {
+                    max = x[16 * c + hit.trailing_zeros() as usize];
+                    break;
+                }
+            }
+            let iscale = -127.0 / max;
+            let id = _mm512_set1_ps(iscale);
+            for c in 0..16 {
+                let r = round_scaled(_mm512_loadu_ps(x.as_ptr().add(16 * c)), id);
+                let b = _mm512_cvtsepi32_epi8(r);
+                _mm_storeu_si128(q.as_mut_ptr().add(16 * c).cast(), b);
+                // The sum of the stored (clamped) bytes, as the scalar code.
+                sums[c] = _mm512_reduce_add_epi32(_mm512_cvtepi8_epi32(b));
+            }
+            1.0 / iscale
+        }
+    }
+}
+
 /// The values the kernels actually multiply for activation row `x`: each
 /// element dequantized from its partner block (`d · q`), for tolerance
 /// arguments in tests.
@@ -203,7 +430,77 @@ pub fn quantized_activations(format: QuantFormat, x: &[f32]) -> Vec<f32> {
 
 #[cfg(test)]
 mod tests {
-    use super::round_half_even;
+    use super::{round_half_even, ActKind, Acts};
+    use crate::kernels::dispatch::{cpu_features, KernelFamily, KernelPath};
+
+    /// Rows with what breaks quantizers: zeros, ties of |max| with both
+    /// signs, halves that round to even, NaN and infinities, denormals.
+    fn awkward_rows(k: usize, m: usize) -> Vec<f32> {
+        let mut seed = 0x9e37_79b9_u32;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            (seed as f32 / u32::MAX as f32) * 2.0 - 1.0
+        };
+        let mut x: Vec<f32> = (0..m * k).map(|_| next() * 3.0).collect();
+        for (r, row) in x.chunks_mut(k).enumerate() {
+            match r % 6 {
+                0 => row[..k / 2].fill(0.0),
+                1 => {
+                    row[5] = -4.0;
+                    row[7] = 4.0;
+                    row[40] = -4.0;
+                }
+                2 => {
+                    // v · 127/amax lands on halves: amax 127 gives v itself.
+                    row[0] = 127.0;
+                    for (j, v) in row.iter_mut().enumerate().skip(1) {
+                        *v = (j % 9) as f32 - 4.5;
+                    }
+                }
+                3 => {
+                    row[3] = f32::NAN;
+                    row[300 % k] = f32::NAN;
+                }
+                4 => {
+                    row[9] = f32::INFINITY;
+                    row[33 % k] = f32::NEG_INFINITY;
+                }
+                _ => row.iter_mut().for_each(|v| *v *= 1e-39),
+            }
+        }
+        x
+    }
+
+    #[test]
+    fn every_path_and_thread_count_quantizes_to_the_same_bytes() {
+        let best = cpu_features().best(KernelFamily::Quant);
+        for kind in [ActKind::Q8_0, ActKind::Q8_1, ActKind::Q8K] {
+            // m · k above and below the parallel threshold.
+            for (m, k) in [(3, 512), (70, 768), (12, 4096)] {
+                let ldx = k + 8;
+                let x = awkward_rows(ldx, m);
+                let mut want = Acts::default();
+                want.quantize(kind, &x, ldx, m, k);
+                for path in KernelPath::ALL.into_iter().filter(|&p| p <= best) {
+                    for threads in [1, 2, 3] {
+                        let mut got = Acts::default();
+                        got.quantize_with(path, threads, kind, &x, ldx, m, k);
+                        let what = format!("{kind:?} {m}x{k} {path:?} {threads} threads");
+                        assert_eq!(got.qs[..m * k], want.qs[..m * k], "{what}");
+                        let nb = m * k / kind.block();
+                        let bits =
+                            |v: &[f32]| v[..nb].iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(bits(&got.d), bits(&want.d), "{what}");
+                        assert_eq!(bits(&got.s), bits(&want.s), "{what}");
+                        let ns = nb * kind.sums_per_block();
+                        assert_eq!(got.sums[..ns], want.sums[..ns], "{what}");
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn the_rounding_trick_is_round_ties_even_in_range() {

@@ -67,13 +67,13 @@ pub(crate) fn matmul_quant(
     }
     ACTS.with(|cell| match cell.try_borrow_mut() {
         Ok(mut acts) => {
-            acts.quantize(kern.act, x, ldx, m, k);
+            acts.quantize_with(path, threads, kern.act, x, ldx, m, k);
             run(kern, kernel, path, threads, &acts, w, n, bias, out, ldc);
         }
         // Re-entered on this thread (cannot happen from matmul itself).
         Err(_) => {
             let mut acts = Acts::default();
-            acts.quantize(kern.act, x, ldx, m, k);
+            acts.quantize_with(path, threads, kern.act, x, ldx, m, k);
             run(kern, kernel, path, threads, &acts, w, n, bias, out, ldc);
         }
     });
