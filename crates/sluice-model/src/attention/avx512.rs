@@ -133,6 +133,74 @@ unsafe fn pv(
     }
 }
 
+/// `pv` for `R` rows over the same keys, each V vector loaded once for
+/// all of them. Every row takes exactly `pv`'s operations (one FMA per
+/// key, keys in order), so the results are the same bits.
+#[inline(always)]
+#[allow(clippy::needless_range_loop)] // `j` indexes V rows and every `p`.
+unsafe fn pv_segment_rows<const R: usize, const S: usize>(
+    acc: [*mut f32; R],
+    v: *const f32,
+    head_dim: usize,
+    p: [&[f32; KEY_CHUNK]; R],
+    keys: (usize, usize),
+    masks: [__mmask16; 4],
+) {
+    let mut a = [[_mm512_setzero_ps(); S]; R];
+    for t in 0..R {
+        for r in 0..S {
+            a[t][r] = _mm512_maskz_loadu_ps(masks[r], acc[t].add(16 * r));
+        }
+    }
+    for j in keys.0..keys.1 {
+        let vj = v.add(j * head_dim);
+        let vv: [__m512; S] =
+            std::array::from_fn(|r| _mm512_maskz_loadu_ps(masks[r], vj.add(16 * r)));
+        for t in 0..R {
+            let pj = _mm512_set1_ps(p[t][j]);
+            for r in 0..S {
+                a[t][r] = _mm512_fmadd_ps(pj, vv[r], a[t][r]);
+            }
+        }
+    }
+    for t in 0..R {
+        for r in 0..S {
+            _mm512_mask_storeu_ps(acc[t].add(16 * r), masks[r], a[t][r]);
+        }
+    }
+}
+
+/// `pv` for `R` rows that see the same keys (see `pv_segment_rows`).
+#[inline(always)]
+unsafe fn pv_rows<const R: usize>(
+    acc: [*mut f32; R],
+    v: *const f32,
+    head_dim: usize,
+    p: [&[f32; KEY_CHUNK]; R],
+    keys: (usize, usize),
+) {
+    let mut d0 = 0;
+    while d0 < head_dim {
+        let rem = (head_dim - d0).min(64);
+        let regs = rem.div_ceil(16);
+        let mut masks = [0xffff as __mmask16; 4];
+        masks[regs - 1] = lane_mask(rem - 16 * (regs - 1));
+        let a = acc.map(|r| r.add(d0));
+        let vs = v.add(d0);
+        match regs {
+            1 => pv_segment_rows::<R, 1>(a, vs, head_dim, p, keys, masks),
+            2 => pv_segment_rows::<R, 2>(a, vs, head_dim, p, keys, masks),
+            3 => pv_segment_rows::<R, 3>(a, vs, head_dim, p, keys, masks),
+            _ => pv_segment_rows::<R, 4>(a, vs, head_dim, p, keys, masks),
+        }
+        d0 += rem;
+    }
+}
+
+/// Rows sharing each V load in `pv_rows`: 4 rows × 4 vectors of
+/// accumulators plus the 4 V vectors fit the 32 registers.
+const PV_ROWS: usize = 4;
+
 /// Decodes keys `c0..c0 + 16` of the K run at `run` into `tile`
 /// (`[head_dim, 16]`), as `KvTensor::k_tile` does; a chunk narrower than
 /// 16 keys (a block size below 16) takes that portable way.
@@ -259,7 +327,7 @@ pub(super) unsafe fn attend(item: &Item<'_>, out: &mut [f32], scratch: &mut Scra
     let scale = _mm512_set1_ps(item.shape.scale);
     let neg_inf = _mm512_set1_ps(f32::NEG_INFINITY);
     let mut q_offs = [0usize; ROW_TILE];
-    let mut p = [0f32; KEY_CHUNK];
+    let mut p = [[0f32; KEY_CHUNK]; ROW_TILE];
 
     let first_block = item.first_block();
     let blocks = &item.table[first_block..last_visible.div_ceil(bs)];
@@ -297,6 +365,9 @@ pub(super) unsafe fn attend(item: &Item<'_>, out: &mut [f32], scratch: &mut Scra
                     *off = item.q_offset(r0 + t);
                 }
                 let mut s = [_mm512_setzero_ps(); ROW_TILE];
+                // The rows with visible keys in this chunk, and their keys.
+                let mut active = [(0usize, (0usize, 0usize)); ROW_TILE];
+                let mut live = 0;
                 macro_rules! tile {
                     ($n:literal) => {{
                         let t = scores::<$n>(q, &q_offs, k, k_stride, hd, load_mask);
@@ -346,8 +417,45 @@ pub(super) unsafe fn attend(item: &Item<'_>, out: &mut [f32], scratch: &mut Scra
                     let pv_vec =
                         _mm512_maskz_mov_ps(m, exp512(_mm512_sub_ps(st, _mm512_set1_ps(m_new))));
                     scratch.sum[row] += _mm512_reduce_add_ps(pv_vec);
-                    _mm512_storeu_ps(p.as_mut_ptr(), pv_vec);
-                    pv(acc_row, v, hd, &p, (skip, visible));
+                    _mm512_storeu_ps(p[t].as_mut_ptr(), pv_vec);
+                    active[live] = (t, (skip, visible));
+                    live += 1;
+                }
+                // `p · V`: rows that see the same keys (every chunk but
+                // the causal diagonal's) share each V load, 4 at a time;
+                // the others go one by one. Either way each row takes the
+                // same operations.
+                let active = &active[..live];
+                let shared = active.windows(2).all(|w| w[0].1 == w[1].1);
+                if shared && live > 1 {
+                    let keys = active[0].1;
+                    let row_ptr = |t: usize| acc.add((r0 + t) * hd);
+                    for g in active.chunks(PV_ROWS) {
+                        match *g {
+                            [(a, _), (b, _), (c, _), (d, _)] => pv_rows::<4>(
+                                [row_ptr(a), row_ptr(b), row_ptr(c), row_ptr(d)],
+                                v,
+                                hd,
+                                [&p[a], &p[b], &p[c], &p[d]],
+                                keys,
+                            ),
+                            [(a, _), (b, _), (c, _)] => pv_rows::<3>(
+                                [row_ptr(a), row_ptr(b), row_ptr(c)],
+                                v,
+                                hd,
+                                [&p[a], &p[b], &p[c]],
+                                keys,
+                            ),
+                            [(a, _), (b, _)] => {
+                                pv_rows::<2>([row_ptr(a), row_ptr(b)], v, hd, [&p[a], &p[b]], keys)
+                            }
+                            _ => pv(row_ptr(g[0].0), v, hd, &p[g[0].0], keys),
+                        }
+                    }
+                } else {
+                    for &(t, keys) in active {
+                        pv(acc.add((r0 + t) * hd), v, hd, &p[t], keys);
+                    }
                 }
                 r0 += n;
             }
