@@ -3,7 +3,8 @@
 //! Per chunk of 16 keys: the scores of up to 8 query rows at once (each row
 //! one vector of 16 scores, K loaded once per `d` and shared by the rows),
 //! then per row a masked online-softmax update with a vector `exp`, and the
-//! `p · V` accumulation with up to four vector accumulators per 64 dims.
+//! `p · V` accumulation, up to four vector accumulators per 64 dims, where
+//! rows that see the same keys (up to 4) share each V load.
 
 use super::{Item, Scratch, KEY_CHUNK};
 use crate::kernels::math::{exp_f32, EXP_HI, EXP_LO, EXP_POLY, LN2_HI, LN2_LO, LOG2E, ROUND_MAGIC};
@@ -78,64 +79,11 @@ unsafe fn scores<const N: usize>(
     s
 }
 
-/// `acc[0..R·16] += Σ_j p[j] · v[j]` over `j` in `keys`, for one segment
-/// of up to 64 dims (`masks` trims the last vector), `v` rows `head_dim`
-/// apart.
-#[inline(always)]
-unsafe fn pv_segment<const R: usize>(
-    acc: *mut f32,
-    v: *const f32,
-    head_dim: usize,
-    p: &[f32; KEY_CHUNK],
-    keys: (usize, usize),
-    masks: [__mmask16; 4],
-) {
-    let mut a = [_mm512_setzero_ps(); R];
-    for r in 0..R {
-        a[r] = _mm512_maskz_loadu_ps(masks[r], acc.add(16 * r));
-    }
-    for (j, &pj) in p.iter().enumerate().take(keys.1).skip(keys.0) {
-        let pj = _mm512_set1_ps(pj);
-        let vj = v.add(j * head_dim);
-        for r in 0..R {
-            a[r] = _mm512_fmadd_ps(pj, _mm512_maskz_loadu_ps(masks[r], vj.add(16 * r)), a[r]);
-        }
-    }
-    for r in 0..R {
-        _mm512_mask_storeu_ps(acc.add(16 * r), masks[r], a[r]);
-    }
-}
-
-/// `acc_row += Σ_j p[j] · V[j]` over `j` in `keys` (`(skip, end)`), the
-/// whole head.
-#[inline(always)]
-unsafe fn pv(
-    acc_row: *mut f32,
-    v: *const f32,
-    head_dim: usize,
-    p: &[f32; KEY_CHUNK],
-    keys: (usize, usize),
-) {
-    let mut d0 = 0;
-    while d0 < head_dim {
-        let rem = (head_dim - d0).min(64);
-        let regs = rem.div_ceil(16);
-        let mut masks = [0xffff as __mmask16; 4];
-        masks[regs - 1] = lane_mask(rem - 16 * (regs - 1));
-        let (a, vs) = (acc_row.add(d0), v.add(d0));
-        match regs {
-            1 => pv_segment::<1>(a, vs, head_dim, p, keys, masks),
-            2 => pv_segment::<2>(a, vs, head_dim, p, keys, masks),
-            3 => pv_segment::<3>(a, vs, head_dim, p, keys, masks),
-            _ => pv_segment::<4>(a, vs, head_dim, p, keys, masks),
-        }
-        d0 += rem;
-    }
-}
-
-/// `pv` for `R` rows over the same keys, each V vector loaded once for
-/// all of them. Every row takes exactly `pv`'s operations (one FMA per
-/// key, keys in order), so the results are the same bits.
+/// `acc_t[0..S·16] += Σ_j p_t[j] · v[j]` over `j` in `keys` for `R` rows,
+/// one segment of up to 64 dims (`masks` trims the last vector), `v` rows
+/// `head_dim` apart; each V vector is loaded once for all rows. Every row
+/// takes the same operations whatever `R` (one FMA per key, keys in
+/// order), so sharing the loads changes no bit.
 #[inline(always)]
 #[allow(clippy::needless_range_loop)] // `j` indexes V rows and every `p`.
 unsafe fn pv_segment_rows<const R: usize, const S: usize>(
@@ -170,7 +118,8 @@ unsafe fn pv_segment_rows<const R: usize, const S: usize>(
     }
 }
 
-/// `pv` for `R` rows that see the same keys (see `pv_segment_rows`).
+/// `acc_t += Σ_j p_t[j] · V[j]` over `j` in `keys` (`(skip, end)`), the
+/// whole head, for `R` rows that see the same keys.
 #[inline(always)]
 unsafe fn pv_rows<const R: usize>(
     acc: [*mut f32; R],
@@ -449,12 +398,12 @@ pub(super) unsafe fn attend(item: &Item<'_>, out: &mut [f32], scratch: &mut Scra
                             [(a, _), (b, _)] => {
                                 pv_rows::<2>([row_ptr(a), row_ptr(b)], v, hd, [&p[a], &p[b]], keys)
                             }
-                            _ => pv(row_ptr(g[0].0), v, hd, &p[g[0].0], keys),
+                            _ => pv_rows::<1>([row_ptr(g[0].0)], v, hd, [&p[g[0].0]], keys),
                         }
                     }
                 } else {
                     for &(t, keys) in active {
-                        pv(acc.add((r0 + t) * hd), v, hd, &p[t], keys);
+                        pv_rows::<1>([acc.add((r0 + t) * hd)], v, hd, [&p[t]], keys);
                     }
                 }
                 r0 += n;
