@@ -105,17 +105,8 @@ impl Acts {
         } else {
             1
         };
-        if tasks == 1 {
-            let out = RowsOut {
-                qs: &mut self.qs[..m * k],
-                d: &mut self.d[..m * nb],
-                s: &mut self.s[..m * nb],
-                sums: &mut self.sums[..m * nb * spb],
-            };
-            quantize_rows(path, kind, x, ldx, k, 0..m, out);
-            return;
-        }
-        let per = m.div_ceil(tasks);
+        // One task runs inline on the caller's thread (`pool::run`).
+        let per = m.div_ceil(tasks).max(1);
         let (qs, d, s, sums) = (
             SyncPtr(self.qs.as_mut_ptr()),
             SyncPtr(self.d.as_mut_ptr()),
@@ -190,13 +181,7 @@ fn quantize_rows(
 ) {
     let block = kind.block();
     let nb = k / block;
-    #[cfg(target_arch = "x86_64")]
-    let simd = path == KernelPath::Avx512;
-    #[cfg(not(target_arch = "x86_64"))]
-    let simd = {
-        let _ = path;
-        false
-    };
+    let (q8_0, q8_k) = block_quantizers(path);
     for (r, i) in rows.enumerate() {
         let row = &x[i * ldx..i * ldx + k];
         for b in 0..nb {
@@ -205,40 +190,36 @@ fn quantize_rows(
             let at = r * nb + b;
             match kind {
                 ActKind::Q8_0 | ActKind::Q8_1 => {
-                    let (d, s, sum) = if simd {
-                        #[cfg(target_arch = "x86_64")]
-                        // SAFETY: the Avx512 path is only chosen where the
-                        // CPU has AVX-512F (`KernelPath` is clamped to it).
-                        unsafe {
-                            x86::quantize_q8_0_block(src, qs)
-                        }
-                        #[cfg(not(target_arch = "x86_64"))]
-                        unreachable!()
-                    } else {
-                        quantize_q8_0_block(src, qs)
-                    };
+                    // SAFETY: `block_quantizers` gave what this CPU runs.
+                    let (d, s, sum) = unsafe { q8_0(src, qs) };
                     out.d[at] = d;
                     out.s[at] = if kind == ActKind::Q8_1 { s } else { 0.0 };
                     out.sums[at] = sum;
                 }
                 ActKind::Q8K => {
                     let sums = &mut out.sums[at * 16..at * 16 + 16];
-                    out.d[at] = if simd {
-                        #[cfg(target_arch = "x86_64")]
-                        // SAFETY: as above.
-                        unsafe {
-                            x86::quantize_q8_k_block(src, qs, sums)
-                        }
-                        #[cfg(not(target_arch = "x86_64"))]
-                        unreachable!()
-                    } else {
-                        quantize_q8_k_block(src, qs, sums)
-                    };
+                    // SAFETY: as above.
+                    out.d[at] = unsafe { q8_k(src, qs, sums) };
                     out.s[at] = 0.0;
                 }
             }
         }
     }
+}
+
+type Q8_0Block = unsafe fn(&[f32], &mut [i8]) -> (f32, f32, i32);
+type Q8KBlock = unsafe fn(&[f32], &mut [i8], &mut [i32]) -> f32;
+
+/// `path`'s Q8_0 and Q8_K block quantizers (the scalar ones unless it is
+/// the AVX-512 path, which the caller clamped to this CPU; calling them is
+/// then sound).
+fn block_quantizers(path: KernelPath) -> (Q8_0Block, Q8KBlock) {
+    #[cfg(target_arch = "x86_64")]
+    if path == KernelPath::Avx512 {
+        return (x86::quantize_q8_0_block, x86::quantize_q8_k_block);
+    }
+    let _ = path;
+    (quantize_q8_0_block, quantize_q8_k_block)
 }
 
 /// `x.round_ties_even()` for the quantizers' `|x| <= 2²²` (scaled values
