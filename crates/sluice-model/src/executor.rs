@@ -7,10 +7,12 @@
 //! rather than in sluice-engine so that the engine depends on the executor
 //! trait alone, not on this crate.
 //!
-//! With a [`Drafter`] ([`ModelExecutor::with_drafter`]) it also proposes,
-//! after each step, up to k drafts for every request that sampled, handed
-//! to the engine by `take_draft_token_ids`; without one (the default) it
-//! proposes nothing and behaves as if drafting did not exist.
+//! With a [`Drafter`] ([`ModelExecutor::with_speculation`]) it also
+//! proposes, after each step, up to k drafts for every request that
+//! sampled (k chosen by the step's batch size, as vLLM's
+//! `num_speculative_tokens_per_batch_size`), handed to the engine by
+//! `take_draft_token_ids`; without one (the default) it proposes nothing
+//! and behaves as if drafting did not exist.
 
 use crate::config::ModelConfig;
 use crate::drafter::Drafter;
@@ -52,10 +54,20 @@ pub struct ModelExecutor<B: ForwardBackend = CpuBackend> {
     drafting: Option<Drafting>,
 }
 
+/// What speculative decoding proposes with, and how much.
+pub struct Speculation {
+    pub drafter: Box<dyn Drafter>,
+    /// Drafts per request after a step that ran `b` requests, at most:
+    /// `k_by_batch_size[b]` (the last entry for larger batches).
+    pub k_by_batch_size: Vec<usize>,
+    /// The engine's `--max-model-len`: no draft reaches past it.
+    pub max_model_len: usize,
+}
+
 /// The drafter and what it drafts for.
 struct Drafting {
-    drafter: Box<dyn Drafter>,
-    /// Drafts per request and step, at most.
+    spec: Speculation,
+    /// Drafts per request for the requests of the last step.
     k: usize,
     /// Requests that sampled in the last step, in scheduling order.
     sampled: Vec<RequestId>,
@@ -109,10 +121,21 @@ impl<B: ForwardBackend> ModelExecutor<B> {
     /// and the runner verifies them the step after. The
     /// scheduler needs `num_lookahead_tokens >= k` so the drafts have KV
     /// slots.
-    pub fn with_drafter(mut self, drafter: Box<dyn Drafter>, k: usize) -> Self {
-        self.drafting = Some(Drafting {
+    pub fn with_drafter(self, drafter: Box<dyn Drafter>, k: usize) -> Self {
+        self.with_speculation(Speculation {
             drafter,
-            k,
+            k_by_batch_size: vec![k],
+            max_model_len: usize::MAX,
+        })
+    }
+
+    /// Speculative decoding as `spec` says (see [`with_drafter`]).
+    ///
+    /// [`with_drafter`]: Self::with_drafter
+    pub fn with_speculation(mut self, spec: Speculation) -> Self {
+        self.drafting = Some(Drafting {
+            spec,
+            k: 0,
             sampled: Vec::new(),
         });
         self
@@ -147,6 +170,12 @@ impl<B: ForwardBackend> Executor for ModelExecutor<B> {
     fn execute(&mut self, scheduler_output: &SchedulerOutput) -> Result<ModelRunnerOutput> {
         let out = self.runner.execute(scheduler_output)?;
         if let Some(d) = &mut self.drafting {
+            for id in &scheduler_output.finished_req_ids {
+                d.spec.drafter.finish(id);
+            }
+            let batch = scheduler_output.num_scheduled_tokens.len();
+            let ks = &d.spec.k_by_batch_size;
+            d.k = ks.get(batch).or(ks.last()).copied().unwrap_or(0);
             d.sampled.clear();
             d.sampled.extend(
                 scheduler_output
@@ -165,11 +194,14 @@ impl<B: ForwardBackend> Executor for ModelExecutor<B> {
         let vocab = self.runner.vocab_size();
         let mut all = DraftTokenIds::new();
         for id in d.sampled.drain(..) {
-            let Some(view) = self.runner.draft_view(&id) else {
+            if d.k == 0 {
+                continue;
+            }
+            let Some(view) = self.runner.draft_view(&id, d.spec.max_model_len) else {
                 continue;
             };
             let mut drafts = Vec::new();
-            d.drafter.propose(&view, d.k, &mut drafts);
+            d.spec.drafter.propose(&view, d.k, &mut drafts);
             // A token outside the vocabulary would fail the whole step's
             // forward pass; drafts are only a guess, so they end before it.
             let valid = drafts

@@ -25,8 +25,11 @@ pub mod weights;
 /// working.
 pub use sluice_tokenizer as tokenizer;
 
-pub use drafter::{DraftRequest, Drafter, NgramDrafter};
-pub use executor::{KvCacheSize, ModelExecutor};
+pub use drafter::{
+    DraftRequest, Drafter, NgramDrafter, SpeculativeConfig, SpeculativeMethod, SuffixDrafter,
+    SuffixParams,
+};
+pub use executor::{KvCacheSize, ModelExecutor, Speculation};
 pub use model::{
     load_dummy, load_dummy_as, load_model, DType, LoadFormat, LoadedModel, ModelSpec, WeightSource,
 };

@@ -172,12 +172,17 @@ impl<B: ForwardBackend> ModelRunner<B> {
     /// then outputs, the step's sampled tokens included). `None` for a
     /// request the runner does not hold, and for one under structured
     /// outputs, whose drafts could not be verified (`verify.rs`).
-    pub fn draft_view<'a>(&'a self, req_id: &'a RequestId) -> Option<DraftRequest<'a>> {
+    pub fn draft_view<'a>(
+        &'a self,
+        req_id: &'a RequestId,
+        max_model_len: usize,
+    ) -> Option<DraftRequest<'a>> {
         let state = self.requests.get(req_id)?;
         (!state.uses_grammar).then_some(DraftRequest {
             req_id,
             token_ids: &state.token_ids,
             num_prompt_tokens: state.num_prompt_tokens,
+            max_model_len,
         })
     }
 
