@@ -323,7 +323,16 @@ fn generate(args: GenerateArgs) -> Result<()> {
         let mut text = String::new();
         let mut logprobs = Vec::new();
         let mut finish = None;
+        // When the first and the last output arrived: one prompt's decode
+        // rate (with several, later streams are read after they ran).
+        let mut first_at = None;
+        let mut last_at = None;
         while let Some(out) = stream.blocking_next() {
+            if !out.token_ids.is_empty() {
+                let now = std::time::Instant::now();
+                first_at.get_or_insert(now);
+                last_at = Some(now);
+            }
             token_ids.extend_from_slice(&out.token_ids);
             if args.json {
                 text.push_str(&out.text);
@@ -362,17 +371,54 @@ fn generate(args: GenerateArgs) -> Result<()> {
         } else {
             writeln!(stdout)?;
             let u = stream.usage();
+            let decode = match (first_at, last_at, many) {
+                (Some(a), Some(b), false) => decode_rate(u.completion_tokens, b - a),
+                _ => String::new(),
+            };
             eprintln!(
-                "[finish_reason={reason} prompt_tokens={} completion_tokens={} cached_tokens={}]",
+                "[finish_reason={reason} prompt_tokens={} completion_tokens={} cached_tokens={}{decode}]",
                 u.prompt_tokens, u.completion_tokens, u.cached_tokens
             );
         }
+    }
+    if !args.json && args.model.speculative_config.is_some() {
+        eprintln!("{}", speculation_summary(&engine.stats()));
     }
     engine.shutdown_blocking(ShutdownMode::Drain);
     match failed {
         Some(e) => bail!("{e}"),
         None => Ok(()),
     }
+}
+
+/// ` decode_tok_s=R`: tokens after the first over the time since it came
+/// (empty for a single token).
+fn decode_rate(tokens: usize, since_first: std::time::Duration) -> String {
+    if tokens < 2 || since_first.is_zero() {
+        return String::new();
+    }
+    format!(
+        " decode_tok_s={:.1}",
+        (tokens - 1) as f64 / since_first.as_secs_f64()
+    )
+}
+
+/// Speculative decoding's counters as one bracketed line: vLLM's
+/// acceptance rate (accepted / draft tokens) and mean acceptance length
+/// (tokens per verification, the sampled one included).
+fn speculation_summary(s: &sluice_engine::EngineStats) -> String {
+    let rate =
+        s.spec_decode_num_accepted_tokens as f64 / s.spec_decode_num_draft_tokens.max(1) as f64;
+    let mean_len =
+        1.0 + s.spec_decode_num_accepted_tokens as f64 / s.spec_decode_num_drafts.max(1) as f64;
+    format!(
+        "[speculative decoding: drafts={} draft_tokens={} accepted_tokens={} \
+         acceptance_rate={:.1}% mean_acceptance_length={mean_len:.2}]",
+        s.spec_decode_num_drafts,
+        s.spec_decode_num_draft_tokens,
+        s.spec_decode_num_accepted_tokens,
+        100.0 * rate
+    )
 }
 
 /// The structured-output flag given, as a constraint.

@@ -18,8 +18,8 @@ use sluice_model::config::{GenerationConfig, ModelConfig};
 use sluice_model::kernels::QuantFormat;
 use sluice_model::kv_cache::{KvCacheConfig, KvCacheDtype, KvDtype};
 use sluice_model::model::GgufInfo;
-use sluice_model::runner::{BackendRegistry, BackendRequest};
-use sluice_model::{DType, KvCacheSize, LoadFormat, ModelSpec};
+use sluice_model::runner::{BackendRegistry, BackendRequest, SpeculationRequest};
+use sluice_model::{DType, KvCacheSize, LoadFormat, ModelSpec, SpeculativeConfig};
 use sluice_server::logging;
 use sluice_sim::LayeredShape;
 use std::path::PathBuf;
@@ -85,6 +85,17 @@ pub struct ModelArgs {
     /// Kernel threads (default: every core).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub threads: Option<u32>,
+    /// Speculative decoding, as vLLM's flag: a JSON object, e.g.
+    /// '{"method": "ngram", "num_speculative_tokens": 4,
+    /// "prompt_lookup_max": 4}' or '{"method": "suffix"}' (vLLM's fields,
+    /// defaults and messages; also num_speculative_tokens_per_batch_size
+    /// and disable_by_batch_size). Outputs are the same as without it.
+    #[arg(long, value_name = "JSON", value_parser = parse_speculative_config)]
+    pub speculative_config: Option<SpeculativeConfig>,
+}
+
+fn parse_speculative_config(s: &str) -> Result<SpeculativeConfig, String> {
+    SpeculativeConfig::parse(s).map_err(|e| format!("{e:#}"))
 }
 
 /// The scheduler's options, under vLLM's names.
@@ -465,6 +476,7 @@ fn prepare(
         .into_iter()
         .chain(generation_config.eos_token_ids.iter().copied())
         .collect();
+    check_speculation(model, sim, max_num_batched_tokens)?;
     let executor: Box<dyn Executor> = match (sim, &loaded) {
         (Some(sim), _) => {
             // Token ids the tokenizer can decode and the model could emit.
@@ -483,7 +495,17 @@ fn prepare(
                 eos_ids,
             )?)
         }
-        (None, Some(loaded)) => model_executor(model, sched, loaded, kv_dtype, &label())?,
+        (None, Some(loaded)) => {
+            let speculation = model
+                .speculative_config
+                .as_ref()
+                .map(|config| SpeculationRequest {
+                    config,
+                    max_model_len,
+                    max_num_seqs: sched.max_num_seqs,
+                });
+            model_executor(model, sched, loaded, kv_dtype, speculation, &label())?
+        }
         (None, None) => anyhow::bail!("internal: no model loaded"),
     };
     let scheduler = SchedulerConfig {
@@ -497,6 +519,10 @@ fn prepare(
         policy: sched.scheduling_policy,
         prefix_caching_hash_algo: sched.prefix_caching_hash_algo,
         hash_seed: hash_seed_from_env().map_err(bad_config)?,
+        num_lookahead_tokens: model
+            .speculative_config
+            .as_ref()
+            .map_or(0, SpeculativeConfig::num_lookahead_tokens),
         ..SchedulerConfig::default()
     };
     let config =
@@ -512,6 +538,31 @@ fn prepare(
     })
 }
 
+/// `--speculative-config` against the other flags, as vLLM checks it.
+fn check_speculation(
+    model: &ModelArgs,
+    sim: Option<&Simulation>,
+    max_num_batched_tokens: usize,
+) -> Result<()> {
+    let Some(spec) = &model.speculative_config else {
+        return Ok(());
+    };
+    if sim.is_some() {
+        return Err(bad_config(
+            "--speculative-config: the simulated executor does not draft tokens",
+        ));
+    }
+    // vLLM: the budget must hold a token beyond the lookahead slots.
+    if max_num_batched_tokens <= spec.num_lookahead_tokens() {
+        return Err(bad_config(format!(
+            "--speculative-config: --max-num-batched-tokens {max_num_batched_tokens} leaves no \
+             slot to schedule a token beside {} lookahead tokens",
+            spec.num_lookahead_tokens()
+        )));
+    }
+    Ok(())
+}
+
 /// The executor of a loaded model on `--backend`, its KV cache sized by
 /// `--kv-cache-memory` or `--num-gpu-blocks-override` and stored as
 /// `kv_dtype`; `label` names the model in errors.
@@ -520,6 +571,7 @@ fn model_executor(
     sched: &SchedulerArgs,
     loaded: &sluice_model::LoadedModel,
     kv_dtype: KvDtype,
+    speculation: Option<SpeculationRequest<'_>>,
     label: &str,
 ) -> Result<Box<dyn Executor>> {
     let kv_size = match sched.num_gpu_blocks_override {
@@ -546,6 +598,7 @@ fn model_executor(
         grouping: sched.grouping(),
         kv_dtype,
         seed: model.model_seed,
+        speculation,
     };
     BackendRegistry::default()
         .create(&model.backend, &request)

@@ -40,7 +40,8 @@ mod verify;
 
 pub use self::backend::{CpuBackend, ForwardBackend};
 pub use self::registry::{
-    BackendEntry, BackendFactory, BackendRegistry, BackendRequest, DEFAULT_BACKEND,
+    BackendEntry, BackendFactory, BackendRegistry, BackendRequest, SpeculationRequest,
+    DEFAULT_BACKEND,
 };
 
 use self::state::RequestState;

@@ -1,5 +1,5 @@
 //! The n-gram proposer and the batch-size schedule against vLLM 0.33's own
-//! functions: `tests/fixtures/speculative_vllm.json` holds what vLLM's
+//! functions: `tests/data/speculative_vllm.json` holds what vLLM's
 //! `_find_longest_matched_ngram_and_propose_tokens` proposed for random
 //! contexts, and what `build_dynamic_sd_schedule_lookup` /
 //! `validate_and_normalize_dynamic_sd_schedule` made of schedules
@@ -11,7 +11,7 @@ use sluice_model::{DraftRequest, Drafter, NgramDrafter, SpeculativeConfig};
 fn fixture() -> Value {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/speculative_vllm.json"
+        "/tests/data/speculative_vllm.json"
     );
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
     serde_json::from_str(&text).expect("fixture JSON")

@@ -76,6 +76,7 @@ fn backends_are_built_by_name() {
         grouping: Default::default(),
         kv_dtype: sluice_model::kv_cache::KvDtype::Q8_0,
         seed: 0,
+        speculation: None,
     };
     let mut registry = BackendRegistry::default();
     assert_eq!(registry.names(), ["cpu"]);

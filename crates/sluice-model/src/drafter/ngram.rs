@@ -4,7 +4,7 @@
 //!
 //! Promises: the same proposal as vLLM 0.33's `NgramProposer` for the same
 //! context, `k`, bounds and `max_model_len` (checked against cases its own
-//! function computed, `tests/fixtures/speculative_vllm.json`, made by
+//! function computed, `tests/data/speculative_vllm.json`, made by
 //! `tools/make_speculative_fixtures.py`): the longest suffix
 //! of length at most `prompt_lookup_max` that occurred before (ties: its
 //! earliest occurrence), if at least `prompt_lookup_min` long, and up to k

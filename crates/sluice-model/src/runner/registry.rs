@@ -10,10 +10,11 @@
 //! listing every known one, in registration order; nothing is built until
 //! [`BackendRegistry::create`].
 
-use crate::executor::{KvCacheSize, ModelExecutor};
+use crate::drafter::SpeculativeConfig;
+use crate::executor::{KvCacheSize, ModelExecutor, Speculation};
 use crate::kv_cache::{KvCacheConfig, KvDtype};
 use crate::LoadedModel;
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, Context, Result};
 use sluice_core::kv_cache::GroupingPolicy;
 use sluice_core::Executor;
 
@@ -34,6 +35,29 @@ pub struct BackendRequest<'a> {
     pub kv_dtype: KvDtype,
     /// Seeds the default per-request seeds (`--model-seed`).
     pub seed: u64,
+    /// Speculative decoding (`--speculative-config`), if asked for.
+    pub speculation: Option<SpeculationRequest<'a>>,
+}
+
+/// Speculative decoding for a backend to set up.
+#[derive(Clone, Copy, Debug)]
+pub struct SpeculationRequest<'a> {
+    pub config: &'a SpeculativeConfig,
+    /// The engine's `--max-model-len`.
+    pub max_model_len: usize,
+    /// The engine's `--max-num-seqs` (the batch-size schedule's extent).
+    pub max_num_seqs: usize,
+}
+
+impl SpeculationRequest<'_> {
+    /// The drafter and its k per batch size.
+    pub fn build(&self) -> Result<Speculation> {
+        Ok(Speculation {
+            drafter: self.config.drafter()?,
+            k_by_batch_size: self.config.k_by_batch_size(self.max_num_seqs),
+            max_model_len: self.max_model_len,
+        })
+    }
 }
 
 /// Builds an executor for a request.
@@ -62,7 +86,10 @@ fn cpu(req: &BackendRequest<'_>) -> Result<Box<dyn Executor>> {
     let layout = KvCacheConfig::new(req.block_size, 0)
         .with_grouping(req.grouping)
         .with_dtype(req.kv_dtype);
-    let exec = ModelExecutor::with_layout(req.model, layout, req.kv_cache_size, req.seed)?;
+    let mut exec = ModelExecutor::with_layout(req.model, layout, req.kv_cache_size, req.seed)?;
+    if let Some(spec) = &req.speculation {
+        exec = exec.with_speculation(spec.build().context("--speculative-config")?);
+    }
     Ok(Box::new(exec))
 }
 

@@ -1,0 +1,131 @@
+//! `--speculative-config` on the command line: a bad configuration exits 2
+//! naming the field, and `sluice generate` on SmolLM2 prints the same
+//! completion with each method as without, plus the acceptance counters.
+
+mod common;
+
+use std::process::Command;
+
+fn sluice(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(args)
+        .output()
+        .expect("sluice runs");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn bad_configurations_exit_2_naming_the_field() {
+    let cases = [
+        (
+            r#"{"method": "bogus", "num_speculative_tokens": 2}"#,
+            "method: unknown speculative method",
+        ),
+        (
+            r#"{"method": "ngram", "num_speculative_tokens": 0}"#,
+            "greater than zero (0)",
+        ),
+        (
+            r#"{"method": "ngram", "num_speculative_tokens": 40}"#,
+            "num_speculative_tokens=40 must be <= 32",
+        ),
+        (
+            r#"{"method": "ngram"}"#,
+            "num_speculative_tokens must be provided",
+        ),
+        (
+            r#"{"method": "ngram", "num_speculative_tokens": 2, "typo": 1}"#,
+            "typo: unknown field",
+        ),
+        (
+            r#"{"method": "suffix", "suffix_decoding_min_token_prob": 2}"#,
+            "suffix_decoding_min_token_prob=2 must be in [0, 1]",
+        ),
+        (
+            r#"{"model": "draft.gguf", "num_speculative_tokens": 2}"#,
+            "draft_model",
+        ),
+        ("not json", "not valid JSON"),
+    ];
+    for (json, want) in cases {
+        let (code, _, err) = sluice(&[
+            "generate",
+            "--builtin",
+            "tiny",
+            "--prompt",
+            "hi",
+            "--speculative-config",
+            json,
+        ]);
+        assert_eq!(code, Some(2), "{json}: {err}");
+        assert!(
+            err.contains("--speculative-config") && err.contains(want),
+            "{json}: {err:?} does not name the flag and say {want:?}"
+        );
+    }
+    // The simulated executor does not draft.
+    let (code, _, err) = sluice(&[
+        "serve",
+        "--executor",
+        "simulated",
+        "--profile",
+        "h100-sxm",
+        "--speculative-config",
+        r#"{"method": "ngram", "num_speculative_tokens": 2}"#,
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--speculative-config"), "{err}");
+}
+
+#[test]
+fn generate_with_each_method_prints_the_same_completion() {
+    let model = common::smollm2();
+    let model = model.to_str().unwrap();
+    let prompt = "<|im_start|>user\nFix the typo and print the code again:\n\
+                  def add(a, b):\n    retrun a + b\n<|im_end|>\n<|im_start|>assistant\n";
+    let run = |spec: Option<&str>| {
+        let mut args = vec![
+            "generate",
+            "--model",
+            model,
+            "--prompt",
+            prompt,
+            "--max-tokens",
+            "40",
+            "--temperature",
+            "0",
+            "--threads",
+            "2",
+        ];
+        if let Some(s) = spec {
+            args.extend(["--speculative-config", s]);
+        }
+        let (code, out, err) = sluice(&args);
+        assert_eq!(code, Some(0), "{spec:?}: {err}");
+        (out, err)
+    };
+    let (want, plain_err) = run(None);
+    assert!(!plain_err.contains("speculative decoding"), "{plain_err}");
+    assert!(want.contains("return a + b"), "{want}");
+    for spec in [
+        r#"{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 3}"#,
+        r#"{"method": "suffix"}"#,
+    ] {
+        let (got, err) = run(Some(spec));
+        assert_eq!(got, want, "{spec}");
+        let line = err
+            .lines()
+            .find(|l| l.starts_with("[speculative decoding:"))
+            .unwrap_or_else(|| panic!("{spec}: no counters in {err}"));
+        let accepted: u64 = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("accepted_tokens="))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"));
+        assert!(accepted > 0, "{spec}: {line}");
+    }
+}
