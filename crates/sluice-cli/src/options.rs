@@ -523,6 +523,10 @@ fn prepare(
             .speculative_config
             .as_ref()
             .map_or(0, SpeculativeConfig::num_lookahead_tokens),
+        num_speculative_tokens: model
+            .speculative_config
+            .as_ref()
+            .map_or(0, |s| s.num_speculative_tokens),
         ..SchedulerConfig::default()
     };
     let config =

@@ -129,3 +129,81 @@ fn generate_with_each_method_prints_the_same_completion() {
         assert!(accepted > 0, "{spec}: {line}");
     }
 }
+
+#[test]
+fn serve_reports_vllms_spec_decode_metrics() {
+    let model = common::smollm2();
+    let mut serve = common::spawn_serve(
+        &[
+            "--model",
+            model.to_str().unwrap(),
+            "--max-model-len",
+            "512",
+            "--speculative-config",
+            r#"{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 2, "prompt_lookup_max": 3}"#,
+        ],
+        &[],
+    );
+    serve.drain_log();
+    let url = serve.url.clone();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let body = serde_json::json!({
+        "messages": [{"role": "user", "content":
+            "Fix the typo and print the code again:\ndef add(a, b):\n    retrun a + b\n"}],
+        "temperature": 0,
+        "max_tokens": 40,
+    });
+    let metrics = rt.block_on(async move {
+        let c = reqwest::Client::new();
+        let v: serde_json::Value = c
+            .post(format!("{url}/v1/chat/completions"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert!(v["choices"][0]["message"]["content"].is_string(), "{v}");
+        c.get(format!("{url}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    });
+    let value = |line_start: &str| -> f64 {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(line_start))
+            .unwrap_or_else(|| panic!("no {line_start} in the metrics"))
+            .rsplit(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let drafts = value("vllm:spec_decode_num_drafts_total{");
+    let draft_tokens = value("vllm:spec_decode_num_draft_tokens_total{");
+    let accepted = value("vllm:spec_decode_num_accepted_tokens_total{");
+    assert!(
+        drafts > 0.0 && accepted > 0.0 && accepted <= draft_tokens,
+        "{metrics}"
+    );
+    // Per position 0..k, summing to the accepted tokens.
+    let per_pos: f64 = (0..3)
+        .map(|p| {
+            let line = metrics
+                .lines()
+                .find(|l| {
+                    l.starts_with("vllm:spec_decode_num_accepted_tokens_per_pos_total{")
+                        && l.contains(&format!("position=\"{p}\""))
+                })
+                .unwrap_or_else(|| panic!("no position {p} in {metrics}"));
+            line.rsplit(' ').next().unwrap().parse::<f64>().unwrap()
+        })
+        .sum();
+    assert_eq!(per_pos, accepted, "{metrics}");
+    serve.terminate_and_wait();
+}

@@ -58,6 +58,12 @@ pub struct SchedulerConfig {
     pub reserve_full_sequence: bool,
     /// Extra slots reserved per step for speculative tokens.
     pub num_lookahead_tokens: usize,
+    /// Drafts per request and step the executor may propose (vLLM's
+    /// `num_speculative_tokens`; 0 without speculative decoding). Drafts
+    /// arrive through `Executor::take_draft_token_ids` whatever this says;
+    /// it sizes what is reported (vLLM's per-position acceptance
+    /// counters).
+    pub num_speculative_tokens: usize,
     /// Input-budget slots each scheduled request reserves for a drafter
     /// that proposes in the same forward pass (vLLM's draft slots); 0, the
     /// default, without one. Drafts themselves come from the executor
@@ -103,6 +109,7 @@ impl Default for SchedulerConfig {
             policy: SchedulingPolicy::Fcfs,
             reserve_full_sequence: true,
             num_lookahead_tokens: 0,
+            num_speculative_tokens: 0,
             num_draft_slots: 0,
             block_size: 16,
             num_gpu_blocks: 4096,

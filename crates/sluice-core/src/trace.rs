@@ -291,6 +291,7 @@ impl Trace {
             policy,
             reserve_full_sequence: true,
             num_lookahead_tokens: 0,
+            num_speculative_tokens: 0,
             num_draft_slots: 0,
             prefix_caching_hash_algo: HashAlgo::Sha256,
             hash_seed: None,

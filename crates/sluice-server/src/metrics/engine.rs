@@ -157,6 +157,7 @@ fn labels_with<'a>(
 pub fn render_engine(w: &mut Exposition, s: &EngineStats, c: &SchedulerConfig, model_name: &str) {
     queue_and_cache_gauges(w, s, model_name);
     token_counters(w, s, model_name);
+    spec_decode_counters(w, s, c.num_speculative_tokens, model_name);
     request_counters(w, s, model_name);
     histograms(w, s, model_name);
     info_gauges(w, c);
@@ -225,6 +226,59 @@ fn queue_and_cache_gauges(w: &mut Exposition, s: &EngineStats, model_name: &str)
         "vllm:kv_cache_usage_perc",
         "KV-cache usage. 1 means 100 percent usage.",
         &[(l, s.kv_cache_usage)],
+    );
+}
+
+/// vLLM's speculative decoding counters, present when it is on (as in
+/// vLLM): verifications, draft tokens, accepted tokens, and accepted
+/// tokens by draft position `0..num_speculative_tokens`.
+fn spec_decode_counters(w: &mut Exposition, s: &EngineStats, k: usize, model_name: &str) {
+    if k == 0 {
+        return;
+    }
+    let engine = engine_labels(model_name);
+    let l: &[(&str, &str)] = &engine;
+    let t0 = s.started_unix_secs;
+    for (name, help, v) in [
+        (
+            "vllm:spec_decode_num_drafts",
+            "Number of spec decoding drafts.",
+            s.spec_decode_num_drafts,
+        ),
+        (
+            "vllm:spec_decode_num_draft_tokens",
+            "Number of draft tokens.",
+            s.spec_decode_num_draft_tokens,
+        ),
+        (
+            "vllm:spec_decode_num_accepted_tokens",
+            "Number of accepted tokens.",
+            s.spec_decode_num_accepted_tokens,
+        ),
+    ] {
+        w.counter(name, help, &[(l, v as f64, t0)]);
+    }
+    let positions: Vec<String> = (0..k).map(|p| p.to_string()).collect();
+    let labels: Vec<Vec<(&str, &str)>> = positions
+        .iter()
+        .map(|p| {
+            let mut v = engine.to_vec();
+            v.push(("position", p.as_str()));
+            v
+        })
+        .collect();
+    let children: Vec<(Labels<'_>, f64, f64)> = labels
+        .iter()
+        .enumerate()
+        .map(|(p, lv)| {
+            let n = s.spec_decode_accepted_per_pos.get(p).copied().unwrap_or(0);
+            (&lv[..], n as f64, t0)
+        })
+        .collect();
+    w.counter(
+        "vllm:spec_decode_num_accepted_tokens_per_pos",
+        "Accepted tokens per draft position.",
+        &children,
     );
 }
 
