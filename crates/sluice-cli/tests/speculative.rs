@@ -46,8 +46,8 @@ fn bad_configurations_exit_2_naming_the_field() {
             "suffix_decoding_min_token_prob=2 must be in [0, 1]",
         ),
         (
-            r#"{"model": "draft.gguf", "num_speculative_tokens": 2}"#,
-            "draft_model",
+            r#"{"model": "no-such-draft.gguf", "num_speculative_tokens": 2}"#,
+            "model: no-such-draft.gguf",
         ),
         ("not json", "not valid JSON"),
     ];

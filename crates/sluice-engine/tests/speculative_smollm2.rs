@@ -80,7 +80,8 @@ fn start(spec: Option<&SpeculativeConfig>, num_blocks: usize) -> Engine {
             max_model_len: MAX_MODEL_LEN,
             max_num_seqs: 8,
         };
-        exec = exec.with_speculation(req.build().expect("drafter"));
+        let draft_kv = KvCacheConfig::new(16, num_blocks);
+        exec = exec.with_speculation(req.build(loaded, draft_kv).expect("drafter"));
     }
     Engine::start(config, Box::new(exec), Arc::new(tokenizer)).expect("engine")
 }
@@ -143,16 +144,22 @@ fn request(tokenizer: &Tokenizer, user: &str, params: SamplingParams) -> Generat
     GenerateRequest::new(tokenizer.encode(&chat(user), true).unwrap(), params)
 }
 
+/// Each method; the draft model is SmolLM2 itself (the same file).
 fn methods() -> Vec<(&'static str, SpeculativeConfig)> {
+    let draft = format!(
+        r#"{{"model": {:?}, "num_speculative_tokens": 3}}"#,
+        smollm2().display().to_string()
+    );
     [
         (
             "ngram",
-            r#"{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4}"#,
+            r#"{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 4}"#.to_string(),
         ),
-        ("suffix", r#"{"method": "suffix", "num_speculative_tokens": 8}"#),
+        ("suffix", r#"{"method": "suffix", "num_speculative_tokens": 8}"#.to_string()),
+        ("draft_model", draft),
     ]
     .into_iter()
-    .map(|(name, json)| (name, SpeculativeConfig::parse(json).unwrap()))
+    .map(|(name, json)| (name, SpeculativeConfig::parse(&json).unwrap()))
     .collect()
 }
 

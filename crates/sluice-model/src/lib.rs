@@ -26,8 +26,8 @@ pub mod weights;
 pub use sluice_tokenizer as tokenizer;
 
 pub use drafter::{
-    DraftRequest, Drafter, NgramDrafter, SpeculativeConfig, SpeculativeMethod, SuffixDrafter,
-    SuffixParams,
+    DraftModelDrafter, DraftRequest, Drafter, NgramDrafter, SpeculativeConfig, SpeculativeMethod,
+    SuffixDrafter, SuffixParams,
 };
 pub use executor::{KvCacheSize, ModelExecutor, Speculation};
 pub use model::{

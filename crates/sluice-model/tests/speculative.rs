@@ -14,7 +14,7 @@ use sluice_core::{
 };
 use sluice_model::kv_cache::KvCacheConfig;
 use sluice_model::runner::ModelRunner;
-use sluice_model::{DraftRequest, Drafter, ModelExecutor, NgramDrafter};
+use sluice_model::{DraftModelDrafter, DraftRequest, Drafter, ModelExecutor, NgramDrafter};
 use std::collections::HashMap;
 
 /// Drafts per request and step in these tests.
@@ -360,6 +360,74 @@ fn ngram_drafter_keeps_the_reference_tokens() {
     for p in &f.prompts {
         assert_eq!(got[&p.name].tokens, p.greedy_token_ids, "{}", p.name);
     }
+}
+
+/// vLLM's draft-model method end to end: the fixture drafting for itself
+/// (its greedy drafts are the target's tokens: kernels are bit-identical
+/// across batch shapes, so every draft is accepted) and a draft of the same
+/// shape with random weights (almost every draft rejected, so the draft's
+/// own KV is rolled back each step) both keep the reference tokens.
+#[test]
+fn draft_model_keeps_the_reference_tokens() {
+    let f = fixture("tiny-qwen3");
+    let config = scheduler_config(16, 128);
+    let reqs = greedy_reqs(&f);
+    let (plain, _) = run(executor(&f, &config), config.clone(), &reqs);
+    let vocab = f.loaded.config.vocab_size;
+    let random = sluice_model::load_dummy(
+        f.loaded.config.clone(),
+        f.loaded.generation_config.clone(),
+        sluice_model::DType::F32,
+        7,
+    )
+    .unwrap();
+    for (what, draft, all_accepted) in [("itself", &f.loaded, true), ("random", &random, false)] {
+        let drafter = DraftModelDrafter::new(draft, vocab, KvCacheConfig::new(16, 64)).unwrap();
+        let r = run_all(
+            executor(&f, &config).with_drafter(Box::new(drafter), K),
+            SchedulerConfig {
+                num_lookahead_tokens: K,
+                ..config.clone()
+            },
+            &reqs,
+        );
+        assert!(r.drafts_scheduled > 0, "{what}: drafts were scheduled");
+        assert_same(&r.outcomes, &plain, what);
+        for p in &f.prompts {
+            assert_eq!(
+                r.outcomes[&p.name].tokens, p.greedy_token_ids,
+                "{what}: {}",
+                p.name
+            );
+        }
+        // Each greedy request of 32 tokens: with every draft accepted, a
+        // step makes K + 1 tokens.
+        if all_accepted {
+            assert!(
+                r.steps <= 32usize.div_ceil(K + 1) + 4,
+                "{what}: {} steps",
+                r.steps
+            );
+        }
+    }
+    // A draft with another vocabulary is refused, naming both sizes.
+    let mut small = f.loaded.config.clone();
+    small.vocab_size = vocab + 1;
+    let other = sluice_model::load_dummy(
+        small,
+        f.loaded.generation_config.clone(),
+        sluice_model::DType::F32,
+        1,
+    )
+    .unwrap();
+    let e = DraftModelDrafter::new(&other, vocab, KvCacheConfig::new(16, 64))
+        .err()
+        .unwrap();
+    let e = format!("{e:#}");
+    assert!(
+        e.contains(&format!("Target model vocab_size={vocab}")),
+        "{e}"
+    );
 }
 
 /// A drafter's token outside the vocabulary ends its proposal there: the

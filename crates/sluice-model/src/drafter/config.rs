@@ -6,8 +6,10 @@
 //! has but sluice does not implement is refused as such (never silently
 //! ignored), and an unknown field is refused as unknown.
 
-use super::{Drafter, NgramDrafter, SuffixDrafter, SuffixParams};
-use anyhow::{anyhow, bail, Result};
+use super::{DraftModelDrafter, Drafter, NgramDrafter, SuffixDrafter, SuffixParams};
+use crate::kv_cache::KvCacheConfig;
+use crate::{load_model, DType, LoadFormat, LoadedModel, ModelSpec};
+use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{Map, Value};
 
 /// The most drafts one request may get per step (one verification pass
@@ -355,19 +357,55 @@ impl SpeculativeConfig {
         dense
     }
 
-    /// The proposer of an n-gram or suffix config (a draft model needs its
-    /// own runner: an error here).
-    pub fn drafter(&self) -> Result<Box<dyn Drafter>> {
+    /// The proposer this config asks for. A draft model is loaded from
+    /// its path and gets a KV pool laid out as `draft_kv` (its block size,
+    /// element type and number of blocks); `target` is the model it drafts
+    /// for (the vocabularies must agree).
+    pub fn drafter(
+        &self,
+        target: &LoadedModel,
+        draft_kv: KvCacheConfig,
+    ) -> Result<Box<dyn Drafter>> {
         match &self.method {
             SpeculativeMethod::Ngram { min_n, max_n } => {
                 Ok(Box::new(NgramDrafter::new(*min_n, *max_n)?))
             }
             SpeculativeMethod::Suffix(p) => Ok(Box::new(SuffixDrafter::new(*p))),
-            SpeculativeMethod::DraftModel { .. } => bail!(
-                "method: \"draft_model\" is not implemented yet (use \"ngram\" or \"suffix\")"
-            ),
+            SpeculativeMethod::DraftModel { model } => {
+                let spec = ModelSpec {
+                    dir: Some(model.into()),
+                    builtin: None,
+                    load_format: LoadFormat::Auto,
+                    dtype: DType::Auto,
+                    seed: 0,
+                    quantization: None,
+                };
+                let draft = load_model(&spec).with_context(|| format!("model: {model}"))?;
+                check_same_vocabulary(target, &draft)?;
+                Ok(Box::new(
+                    DraftModelDrafter::new(&draft, target.config.vocab_size, draft_kv)
+                        .with_context(|| format!("model: {model}"))?,
+                ))
+            }
         }
     }
+}
+
+/// Beyond vLLM's size check: two GGUF files must carry the same token
+/// strings, or the draft's ids would mean other tokens.
+fn check_same_vocabulary(target: &LoadedModel, draft: &LoadedModel) -> Result<()> {
+    if let (Some(t), Some(d)) = (&target.gguf, &draft.gguf) {
+        let (t, d) = (&t.vocab.tokens, &d.vocab.tokens);
+        if let Some(i) = (0..t.len().min(d.len())).find(|&i| t[i] != d[i]) {
+            bail!(
+                "model: the draft's vocabulary differs from the target's (token {i} is {:?} in \
+                 the draft, {:?} in the target)",
+                d[i],
+                t[i]
+            );
+        }
+    }
+    Ok(())
 }
 
 /// vLLM's `validate_and_normalize_dynamic_sd_schedule`, with its messages.

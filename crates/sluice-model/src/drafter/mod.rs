@@ -4,17 +4,20 @@
 //!
 //! A drafter only ever changes how many steps the outputs take, never the
 //! outputs: a wrong draft is rejected by verification. The methods are
-//! vLLM's, each one file: [`NgramDrafter`] (`ngram`, prompt lookup) and
+//! vLLM's, each one file: [`NgramDrafter`] (`ngram`, prompt lookup),
 //! [`SuffixDrafter`] (`suffix`, suffix decoding over the request's own
-//! tokens and a cache of earlier responses). [`SpeculativeConfig`] is
+//! tokens and a cache of earlier responses) and [`DraftModelDrafter`]
+//! (`draft_model`, a smaller model with the target's vocabulary). [`SpeculativeConfig`] is
 //! `--speculative-config`, parsed and checked as vLLM checks it.
 
 mod config;
+mod draft_model;
 mod ngram;
 mod suffix;
 mod suffix_tree;
 
 pub use config::{SpeculativeConfig, SpeculativeMethod, MAX_SPECULATIVE_TOKENS};
+pub use draft_model::DraftModelDrafter;
 pub use ngram::NgramDrafter;
 pub use suffix::{SuffixDrafter, SuffixParams};
 pub use suffix_tree::{SuffixDraft, SuffixTree};

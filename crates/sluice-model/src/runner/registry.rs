@@ -50,10 +50,12 @@ pub struct SpeculationRequest<'a> {
 }
 
 impl SpeculationRequest<'_> {
-    /// The drafter and its k per batch size.
-    pub fn build(&self) -> Result<Speculation> {
+    /// The drafter for `target` and its k per batch size; a draft model's
+    /// KV pool is laid out as `draft_kv` (the target's block size, element
+    /// type and number of blocks: every running request can hold both).
+    pub fn build(&self, target: &LoadedModel, draft_kv: KvCacheConfig) -> Result<Speculation> {
         Ok(Speculation {
-            drafter: self.config.drafter()?,
+            drafter: self.config.drafter(target, draft_kv)?,
             k_by_batch_size: self.config.k_by_batch_size(self.max_num_seqs),
             max_model_len: self.max_model_len,
         })
@@ -88,7 +90,12 @@ fn cpu(req: &BackendRequest<'_>) -> Result<Box<dyn Executor>> {
         .with_dtype(req.kv_dtype);
     let mut exec = ModelExecutor::with_layout(req.model, layout, req.kv_cache_size, req.seed)?;
     if let Some(spec) = &req.speculation {
-        exec = exec.with_speculation(spec.build().context("--speculative-config")?);
+        let draft_kv =
+            KvCacheConfig::new(req.block_size, exec.num_kv_blocks()).with_dtype(req.kv_dtype);
+        let s = spec
+            .build(req.model, draft_kv)
+            .context("--speculative-config")?;
+        exec = exec.with_speculation(s);
     }
     Ok(Box::new(exec))
 }

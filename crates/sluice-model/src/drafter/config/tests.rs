@@ -92,11 +92,3 @@ fn disable_by_batch_size_turns_drafting_off_above_n() {
     let c = ok(r#"{"method": "ngram", "num_speculative_tokens": 3}"#);
     assert!(c.k_by_batch_size(3)[1..].iter().all(|&k| k == 3));
 }
-
-#[test]
-fn drafters_of_each_method() {
-    assert!(ok(r#"{"method": "ngram", "num_speculative_tokens": 3}"#)
-        .drafter()
-        .is_ok());
-    assert!(ok(r#"{"method": "suffix"}"#).drafter().is_ok());
-}
