@@ -94,7 +94,7 @@ pub struct ModelArgs {
     pub speculative_config: Option<SpeculativeConfig>,
 }
 
-fn parse_speculative_config(s: &str) -> Result<SpeculativeConfig, String> {
+pub fn parse_speculative_config(s: &str) -> Result<SpeculativeConfig, String> {
     SpeculativeConfig::parse(s).map_err(|e| format!("{e:#}"))
 }
 
@@ -486,14 +486,17 @@ fn prepare(
                 shape: shape.shape.with_kv_cache_dtype(model.kv_cache_dtype),
                 ..shape
             };
-            Box::new(simulated_executor(
-                sim,
-                &shape,
-                sched,
-                vocab,
-                model.model_seed,
-                eos_ids,
-            )?)
+            let mut exec =
+                simulated_executor(sim, &shape, sched, vocab, model.model_seed, eos_ids)?;
+            if let Some(spec) = &model.speculative_config {
+                let sc = SchedulerConfig {
+                    max_num_seqs: sched.max_num_seqs,
+                    max_model_len,
+                    ..SchedulerConfig::default()
+                };
+                exec = exec.with_speculation(crate::simulated::sim_speculation(spec, &sc)?);
+            }
+            Box::new(exec)
         }
         (None, Some(loaded)) => {
             let speculation = model
@@ -551,10 +554,10 @@ fn check_speculation(
     let Some(spec) = &model.speculative_config else {
         return Ok(());
     };
-    if sim.is_some() {
-        return Err(bad_config(
-            "--speculative-config: the simulated executor does not draft tokens",
-        ));
+    // The simulated executor needs synthetic acceptance, a real model
+    // refuses it (`sim_speculation`, `SpeculativeConfig::drafter`).
+    if sim.is_some() && spec.synthetic_acceptance_rates.is_none() {
+        return Err(bad_config(crate::simulated::NEEDS_SYNTHETIC));
     }
     // vLLM: the budget must hold a token beyond the lookahead slots.
     if max_num_batched_tokens <= spec.num_lookahead_tokens() {

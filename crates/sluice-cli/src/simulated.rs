@@ -170,6 +170,29 @@ pub fn simulated_executor(
     )
 }
 
+/// Why a simulated engine refuses a speculative config without
+/// synthetic acceptance.
+pub const NEEDS_SYNTHETIC: &str = "--speculative-config: the simulated executor has no model \
+     to verify drafts: give \"rejection_sample_method\": \"synthetic\" with \
+     synthetic_acceptance_length (mean tokens per verification) or synthetic_acceptance_rates";
+
+/// The simulator's speculative decoding from `--speculative-config`: k by
+/// batch size, and the synthetic acceptance rates (required).
+pub fn sim_speculation(
+    spec: &sluice_model::SpeculativeConfig,
+    config: &sluice_core::SchedulerConfig,
+) -> Result<sluice_sim::SimSpeculation> {
+    let rates = spec
+        .synthetic_acceptance_rates
+        .as_ref()
+        .ok_or_else(|| crate::exit::bad_config(NEEDS_SYNTHETIC))?;
+    Ok(sluice_sim::SimSpeculation::new(
+        spec.k_by_batch_size(config.max_num_seqs),
+        rates,
+        config.max_model_len,
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -28,12 +28,14 @@
 //!   the uniform distribution's logprob, rank 1, as its only top entry;
 //!   prompt logprobs are not produced.
 
+use crate::speculation::SimSpeculation;
 use crate::step::{ShapeTracker, StepTimeModel};
 use crate::workload::Rng;
 use anyhow::{anyhow, bail, Result};
 use sluice_core::kv_cache::KvCacheGroupSpec;
 use sluice_core::{
-    Executor, ModelRunnerOutput, RequestId, SampleLogprobs, SchedulerOutput, TokenId, TokenLogprob,
+    DraftTokenIds, Executor, ModelRunnerOutput, RequestId, SampleLogprobs, SchedulerOutput,
+    TokenId, TokenLogprob,
 };
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -67,6 +69,11 @@ pub struct SimulatedExecutor {
     step_started: Option<Instant>,
     predicted_s: f64,
     steps: u64,
+    /// Speculative decoding (`with_speculation`).
+    speculation: Option<SimSpeculation>,
+    /// The requests that sampled in the last step, and its batch size.
+    sampled: Vec<RequestId>,
+    last_batch: usize,
 }
 
 impl SimulatedExecutor {
@@ -93,7 +100,19 @@ impl SimulatedExecutor {
             step_started: None,
             predicted_s: 0.0,
             steps: 0,
+            speculation: None,
+            sampled: Vec::new(),
+            last_batch: 0,
         }
+    }
+
+    /// Speculative decoding: after each step every request that sampled
+    /// gets `spec`'s k drafts (random tokens from its own generator), and a
+    /// verified run of drafts is accepted as `spec`'s rates say; the
+    /// step-time model sees each verification as a row of k + 1 tokens.
+    pub fn with_speculation(mut self, spec: SimSpeculation) -> Self {
+        self.speculation = Some(spec);
+        self
     }
 
     /// Tokens never sampled for any request (the model's EOS ids).
@@ -244,14 +263,31 @@ impl Executor for SimulatedExecutor {
             so.grammar_bitmask.iter().flat_map(|m| m.rows()).collect();
         let mut logprobs = Vec::new();
         let mut any_logprobs = false;
+        self.sampled.clear();
+        self.last_batch = so.num_scheduled_tokens.len();
+        let mut tokens = Vec::new();
         for (s, row) in so.num_scheduled_tokens.iter().zip(&shape.rows) {
             if !row.samples {
                 out.push(&[]);
-                logprobs.push(None);
                 continue;
             }
             let mask = masks.get(&*s.req_id).copied();
+            // Verified drafts first: the accepted ones are output as they
+            // are, then the token sampled after them.
+            tokens.clear();
+            if let Some(spec) = &self.speculation {
+                let drafts = so
+                    .scheduled_spec_decode_tokens
+                    .iter()
+                    .find(|(id, _)| *id == s.req_id)
+                    .map_or(&[][..], |(_, d)| &d[..]);
+                if let Some(req) = self.reqs.get_mut(&s.req_id) {
+                    let a = spec.accepted(drafts.len(), &mut req.rng);
+                    tokens.extend_from_slice(&drafts[..a]);
+                }
+            }
             let (token, logprob) = self.sample(&s.req_id, mask)?;
+            tokens.push(token);
             let lp = self.reqs.get(&s.req_id).and_then(|r| r.logprobs).map(|k| {
                 let t = TokenLogprob {
                     token_id: token,
@@ -264,8 +300,15 @@ impl Executor for SimulatedExecutor {
                 }
             });
             any_logprobs |= lp.is_some();
-            logprobs.push(lp);
-            out.push(&[token]);
+            for &t in &tokens {
+                logprobs.push(lp.clone().map(|mut l| {
+                    l.sampled.token_id = t;
+                    l.top.iter_mut().for_each(|e| e.token_id = t);
+                    l
+                }));
+            }
+            out.push(&tokens);
+            self.sampled.push(s.req_id.clone());
         }
         if any_logprobs {
             out.logprobs = Some(logprobs);
@@ -278,6 +321,25 @@ impl Executor for SimulatedExecutor {
         self.steps += 1;
         sleep_until(start + Duration::from_secs_f64(dt.min(1e6)));
         Ok(out)
+    }
+
+    fn take_draft_token_ids(&mut self) -> Option<DraftTokenIds> {
+        let spec = self.speculation.as_ref()?;
+        let k = spec.k_for(self.last_batch, 0);
+        let mut all = DraftTokenIds::new();
+        if k == 0 {
+            return Some(all);
+        }
+        for id in std::mem::take(&mut self.sampled) {
+            // A request the executor no longer holds gets none.
+            let drafts: Vec<TokenId> = (0..k)
+                .map_while(|_| self.sample(&id, None).ok().map(|(t, _)| t))
+                .collect();
+            if !drafts.is_empty() {
+                all.push((id, drafts));
+            }
+        }
+        Some(all)
     }
 }
 

@@ -54,6 +54,7 @@ pub mod roofline;
 pub mod router;
 pub mod sim;
 pub mod slo;
+pub mod speculation;
 pub mod step;
 pub mod steplog;
 pub mod table;
@@ -71,6 +72,7 @@ pub use roofline::{num_gpu_blocks, Hardware, KvCacheDtype, LayeredShape, ModelSh
 pub use router::{ReplicaView, RouteRequest, Router, RouterKind};
 pub use sim::{PdConfig, RequestTimeline, SimError, SimRequest, SimResult, Simulator};
 pub use slo::{Goodput, Slo};
+pub use speculation::SimSpeculation;
 pub use step::{ConstantStepTime, RowShape, StepShape, StepTimeModel};
 pub use table::TableModel;
 pub use traces::{load_trace, LoadedTrace, ReplayInfo, TraceFileError};

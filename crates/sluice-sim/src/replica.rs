@@ -11,6 +11,7 @@
 
 use crate::router::ReplicaView;
 use crate::sim::{output_token, RequestTimeline, SimError, SimRequest, StepLog};
+use crate::speculation::{verification_rng, SimSpeculation};
 use crate::step::{StepShape, StepTimeModel};
 use sluice_core::block_hash::BlockHash;
 use sluice_core::kv_cache::GroupId;
@@ -67,6 +68,8 @@ pub(crate) struct Replica {
     pub step: u64,
     ids: HashMap<RequestId, Routed>,
     pub stats: ReplicaStats,
+    /// Speculative decoding and the seed of its acceptances.
+    speculation: Option<(SimSpeculation, u64)>,
 }
 
 fn sampling_params(max_tokens: usize) -> SamplingParams {
@@ -93,7 +96,14 @@ impl Replica {
             step: 0,
             ids: HashMap::new(),
             stats: ReplicaStats::default(),
+            speculation: None,
         })
+    }
+
+    /// Drafts after every step, accepted as `spec` says (seeded by `seed`).
+    pub fn with_speculation(mut self, spec: Option<(SimSpeculation, u64)>) -> Self {
+        self.speculation = spec;
+        self
     }
 
     pub fn has_unfinished(&self) -> bool {
@@ -208,18 +218,30 @@ impl Replica {
             return Err(SimError::BadStepTime(dt));
         }
         let mut mro = ModelRunnerOutput::with_capacity(out.num_scheduled_tokens.len());
+        let mut tokens = Vec::new();
         for s in &out.num_scheduled_tokens {
             let sampled = scheduler
                 .request(s.handle)
                 .filter(|req| req.num_computed_tokens() >= req.num_tokens())
-                .and_then(|req| {
-                    let routed = self.ids.get(&s.req_id)?;
-                    Some(output_token(routed.request, req.num_output_tokens()))
-                });
-            match sampled {
-                Some(tok) => mro.push(&[tok]),
-                None => mro.push(&[]),
+                .and_then(|req| Some((self.ids.get(&s.req_id)?.request, req.num_output_tokens())));
+            tokens.clear();
+            if let Some((request, done)) = sampled {
+                // Accepted drafts (they are the request's own next tokens),
+                // then the token sampled after them.
+                let accepted = match &self.speculation {
+                    Some((spec, seed)) => {
+                        let drafts = out
+                            .scheduled_spec_decode_tokens
+                            .iter()
+                            .find(|(id, _)| *id == s.req_id)
+                            .map_or(0, |(_, d)| d.len());
+                        spec.accepted(drafts, &mut verification_rng(*seed, request, done))
+                    }
+                    None => 0,
+                };
+                tokens.extend((0..=accepted).map(|j| output_token(request, done + j)));
             }
+            mro.push(&tokens);
         }
         for n in &out.scheduled_new_reqs {
             if let Some(routed) = self.ids.get(&n.req_id) {
@@ -307,6 +329,29 @@ impl Replica {
                 self.ids.remove(&o.req_id);
                 finished.push(routed);
             }
+        }
+        if let Some((spec, _)) = &self.speculation {
+            let batch = f.out.num_scheduled_tokens.len();
+            let drafts: Vec<(RequestId, Vec<u32>)> = f
+                .out
+                .num_scheduled_tokens
+                .iter()
+                .filter_map(|s| {
+                    let req = self.scheduler.request(s.handle)?;
+                    let routed = self.ids.get(&s.req_id)?;
+                    let k = spec.k_for(batch, req.num_tokens());
+                    let done = req.num_output_tokens();
+                    // Sampled this step: all but its newest token computed
+                    // (a prefill chunk is refused by the scheduler).
+                    (k > 0 && req.num_computed_tokens() + 1 >= req.num_tokens()).then(|| {
+                        let d = (0..k)
+                            .map(|j| output_token(routed.request, done + j))
+                            .collect();
+                        (s.req_id.clone(), d)
+                    })
+                })
+                .collect();
+            self.scheduler.update_draft_token_ids(&drafts);
         }
         if let Some(log) = steps.get_mut(f.step_log) {
             log.free_blocks = self.scheduler.kv_cache_manager().num_free_blocks();

@@ -34,6 +34,7 @@
 pub use crate::replica::ReplicaStats;
 use crate::replica::{Phase, Replica, Routed};
 use crate::router::{ReplicaView, RouteRequest, Router};
+use crate::speculation::SimSpeculation;
 use crate::step::StepTimeModel;
 use sluice_core::block_hash::{BlockHash, BlockHasher};
 use sluice_core::kv_cache::KvCacheGroupSpec;
@@ -211,6 +212,8 @@ pub struct Simulator<M> {
     router: Option<RouterFactory>,
     pub max_concurrency: Option<usize>,
     pub pd: Option<PdConfig>,
+    /// Speculative decoding and the seed of its acceptances.
+    pub speculation: Option<(SimSpeculation, u64)>,
     progress: Option<Box<dyn Fn(usize)>>,
 }
 
@@ -287,8 +290,16 @@ impl<M: StepTimeModel> Simulator<M> {
             router: None,
             max_concurrency: None,
             pd: None,
+            speculation: None,
             progress: None,
         }
+    }
+
+    /// Speculative decoding on every replica: drafts after each step,
+    /// accepted as `spec` says, the acceptances drawn from `seed`.
+    pub fn with_speculation(mut self, spec: SimSpeculation, seed: u64) -> Self {
+        self.speculation = Some((spec, seed));
+        self
     }
 
     /// Calls `report(finished requests)` every 1,000 finished requests and
@@ -400,7 +411,10 @@ impl<M: StepTimeModel> Simulator<M> {
     pub fn run(&self, requests: &[SimRequest]) -> Result<SimResult, SimError> {
         self.check(requests)?;
         let replicas = (0..self.replicas)
-            .map(|k| Replica::new(k, self.config.clone()))
+            .map(|k| {
+                Replica::new(k, self.config.clone())
+                    .map(|r| r.with_speculation(self.speculation.clone()))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let router = self.router.as_ref().map(|f| f());
         let decode_router = self.pd.and(self.router.as_ref()).map(|f| f());

@@ -236,3 +236,33 @@ fn bad_requests_are_errors_not_panics() {
     .generate()
     .is_err());
 }
+
+/// Speculative decoding with deterministic acceptance (vLLM's synthetic
+/// rates [1, 1, 0, 0]: of 4 drafts exactly 2 are accepted): one request of
+/// 1 + 3m tokens takes its prefill step plus m verification steps of
+/// 5-token rows, against 3m decode steps without; rates of 0 accept none.
+#[test]
+fn speculation_accepts_as_the_synthetic_rates_say() {
+    use sluice_sim::SimSpeculation;
+    let config = SchedulerConfig {
+        num_gpu_blocks: 256,
+        max_model_len: 1024,
+        ..SchedulerConfig::default()
+    };
+    let req = vec![SimRequest::new("r", 0.0, vec![1; 40], 1 + 3 * 20)];
+    let steps_and_rows = |spec: Option<SimSpeculation>| {
+        let mut sim = Simulator::new(config.clone(), ConstantStepTime(0.01)).record_schedule(true);
+        if let Some(s) = spec {
+            sim = sim.with_speculation(s, 7);
+        }
+        let r = sim.run(&req).unwrap();
+        assert_eq!(r.requests[0].token_times.len(), 61);
+        let widest = r.steps[1..].iter().map(|s| s.num_tokens).max().unwrap();
+        (r.steps.len(), widest)
+    };
+    assert_eq!(steps_and_rows(None), (61, 1));
+    let two_of_four = SimSpeculation::new(vec![4], &[1.0, 1.0, 0.0, 0.0], 1024);
+    assert_eq!(steps_and_rows(Some(two_of_four)), (21, 5));
+    let none = SimSpeculation::new(vec![4], &[0.0; 4], 1024);
+    assert_eq!(steps_and_rows(Some(none)), (61, 5));
+}

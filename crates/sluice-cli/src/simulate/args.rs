@@ -124,6 +124,13 @@ pub(super) struct RunArgs {
     pub(super) max_concurrency: Option<usize>,
     #[arg(long, default_value_t = 0)]
     pub(super) seed: u64,
+    /// Speculative decoding, as `serve --speculative-config` (vLLM's JSON),
+    /// with `"rejection_sample_method": "synthetic"` and
+    /// `synthetic_acceptance_length` (mean tokens per verification) or
+    /// `synthetic_acceptance_rates` saying how often drafts are accepted;
+    /// verifications cost what the step-time model says of their rows.
+    #[arg(long, value_name = "JSON", value_parser = crate::options::parse_speculative_config)]
+    pub(super) speculative_config: Option<sluice_model::SpeculativeConfig>,
     /// Turns per conversation (multi-turn): a number or a distribution.
     #[arg(long, value_name = "N|DIST", default_value = "uniform:4,0.5")]
     pub(super) num_turns: LengthDist,

@@ -300,8 +300,16 @@ pub(super) fn simulate(
     if args.max_concurrency == Some(0) {
         return Err(bad_config("--max-concurrency: must be at least 1"));
     }
-    let mut sim = Simulator::new(setup.config.clone(), &*setup.model)
-        .with_max_concurrency(args.max_concurrency);
+    let mut config = setup.config.clone();
+    if let Some(spec) = &args.speculative_config {
+        config.num_lookahead_tokens = spec.num_lookahead_tokens();
+        config.num_speculative_tokens = spec.num_speculative_tokens;
+    }
+    let mut sim = Simulator::new(config, &*setup.model).with_max_concurrency(args.max_concurrency);
+    if let Some(spec) = &args.speculative_config {
+        let s = crate::simulated::sim_speculation(spec, &setup.config)?;
+        sim = sim.with_speculation(s, args.seed);
+    }
     if let Some(pd) = &args.pd {
         let (p, d) = parse_pd(pd)?;
         let link = match (args.kv_link_bandwidth, &setup.hardware) {

@@ -47,6 +47,12 @@ pub struct SpeculativeConfig {
     /// `num_speculative_tokens_per_batch_size`, validated and sorted:
     /// inclusive batch-size ranges and the k of each.
     pub per_batch_size: Option<Vec<(usize, usize, usize)>>,
+    /// `rejection_sample_method: "synthetic"`: drafts accepted by chance,
+    /// position i of a run with unconditional probability `rates[i]`
+    /// (vLLM's `synthetic_acceptance_rates`, or those it derives from
+    /// `synthetic_acceptance_length`). Only the simulated executor takes
+    /// it: on a real model it would change the outputs.
+    pub synthetic_acceptance_rates: Option<Vec<f64>>,
 }
 
 /// The methods vLLM 0.33 knows that sluice does not run (they need
@@ -90,9 +96,6 @@ const VLLM_ONLY_FIELDS: &[&str] = &[
     "draft_model_config",
     "draft_parallel_config",
     "draft_load_config",
-    "rejection_sample_method",
-    "synthetic_acceptance_rates",
-    "synthetic_acceptance_length",
     "enable_adaptive_verification",
     "dspark_draft_topk",
     "xpress_topc",
@@ -114,6 +117,9 @@ const FIELDS: &[&str] = &[
     "num_speculative_tokens_per_batch_size",
     "disable_by_batch_size",
     "draft_sample_method",
+    "rejection_sample_method",
+    "synthetic_acceptance_rates",
+    "synthetic_acceptance_length",
 ];
 
 /// Reads one JSON field, naming it in errors.
@@ -311,10 +317,12 @@ impl SpeculativeConfig {
             }
             _ => None,
         };
+        let synthetic_acceptance_rates = synthetic_rates(&f, map, k)?;
         Ok(SpeculativeConfig {
             method,
             num_speculative_tokens: k,
             per_batch_size,
+            synthetic_acceptance_rates,
         })
     }
 
@@ -366,6 +374,12 @@ impl SpeculativeConfig {
         target: &LoadedModel,
         draft_kv: KvCacheConfig,
     ) -> Result<Box<dyn Drafter>> {
+        if self.synthetic_acceptance_rates.is_some() {
+            bail!(
+                "rejection_sample_method: \"synthetic\" accepts drafts by chance, whatever the \
+                 model says (vLLM's benchmarking mode): only the simulated executor takes it"
+            );
+        }
         match &self.method {
             SpeculativeMethod::Ngram { min_n, max_n } => {
                 Ok(Box::new(NgramDrafter::new(*min_n, *max_n)?))
@@ -406,6 +420,79 @@ fn check_same_vocabulary(target: &LoadedModel, draft: &LoadedModel) -> Result<()
         }
     }
     Ok(())
+}
+
+/// `rejection_sample_method` and the synthetic rates, as vLLM resolves and
+/// checks them.
+fn synthetic_rates(f: &Fields<'_>, map: &Map<String, Value>, k: usize) -> Result<Option<Vec<f64>>> {
+    let method = f.string("rejection_sample_method")?.unwrap_or("standard");
+    let rates = match map.get("synthetic_acceptance_rates") {
+        None | Some(Value::Null) => None,
+        Some(Value::Array(a)) => Some(
+            a.iter()
+                .map(Value::as_f64)
+                .collect::<Option<Vec<f64>>>()
+                .ok_or_else(|| anyhow!("synthetic_acceptance_rates: expected a list of numbers"))?,
+        ),
+        Some(v) => bail!("synthetic_acceptance_rates: expected a list of numbers, got {v}"),
+    };
+    let length = f.float("synthetic_acceptance_length")?;
+    match method {
+        "standard" => {
+            if rates.is_some() || length.is_some() {
+                bail!(
+                    "synthetic_acceptance_rates / synthetic_acceptance_length are only valid with \
+                     rejection_sample_method='synthetic'."
+                );
+            }
+            Ok(None)
+        }
+        "synthetic" => {
+            let rates = match (rates, length) {
+                (Some(r), None) => {
+                    if r.len() != k {
+                        bail!("synthetic_acceptance_rates must have length {k}, got {r:?}.");
+                    }
+                    if !r.iter().all(|x| (0.0..=1.0).contains(x)) {
+                        bail!("synthetic_acceptance_rates entries must be in [0, 1], got {r:?}.");
+                    }
+                    if r.windows(2).any(|w| w[1] > w[0]) {
+                        bail!("synthetic_acceptance_rates must be non-increasing, got {r:?}.");
+                    }
+                    r
+                }
+                (None, Some(len)) => {
+                    if !(1.0..=(k + 1) as f64).contains(&len) {
+                        bail!(
+                            "synthetic_acceptance_length must be in [1, {}], got {len}.",
+                            k + 1
+                        );
+                    }
+                    // vLLM's minimum-variance schedule: full positions, one
+                    // partial, then none.
+                    let drafts = len - 1.0;
+                    let full = drafts as usize;
+                    (0..k)
+                        .map(|i| match i.cmp(&full) {
+                            std::cmp::Ordering::Less => 1.0,
+                            std::cmp::Ordering::Equal => drafts - full as f64,
+                            std::cmp::Ordering::Greater => 0.0,
+                        })
+                        .collect()
+                }
+                _ => bail!(
+                    "rejection_sample_method='synthetic' requires exactly one of \
+                     synthetic_acceptance_rates or synthetic_acceptance_length."
+                ),
+            };
+            Ok(Some(rates))
+        }
+        m @ ("block" | "fly") => bail!(
+            "rejection_sample_method: {m:?} is a vLLM method sluice does not implement \
+             (standard, synthetic)"
+        ),
+        m => bail!("rejection_sample_method: unknown method {m:?} (standard, synthetic)"),
+    }
 }
 
 /// vLLM's `validate_and_normalize_dynamic_sd_schedule`, with its messages.

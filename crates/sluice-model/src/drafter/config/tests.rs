@@ -92,3 +92,45 @@ fn disable_by_batch_size_turns_drafting_off_above_n() {
     let c = ok(r#"{"method": "ngram", "num_speculative_tokens": 3}"#);
     assert!(c.k_by_batch_size(3)[1..].iter().all(|&k| k == 3));
 }
+
+#[test]
+fn synthetic_acceptance_as_vllm_resolves_it() {
+    let c = ok(r#"{"method": "ngram", "num_speculative_tokens": 4,
+                  "rejection_sample_method": "synthetic", "synthetic_acceptance_length": 2.5}"#);
+    assert_eq!(c.synthetic_acceptance_rates, Some(vec![1.0, 0.5, 0.0, 0.0]));
+    let c = ok(r#"{"method": "ngram", "num_speculative_tokens": 2,
+                  "rejection_sample_method": "synthetic", "synthetic_acceptance_rates": [0.8, 0.6]}"#);
+    assert_eq!(c.synthetic_acceptance_rates, Some(vec![0.8, 0.6]));
+    for (json, want) in [
+        (
+            r#"{"method": "ngram", "num_speculative_tokens": 2, "synthetic_acceptance_length": 2}"#,
+            "only valid with rejection_sample_method='synthetic'",
+        ),
+        (
+            r#"{"method": "ngram", "num_speculative_tokens": 2, "rejection_sample_method": "synthetic"}"#,
+            "requires exactly one of",
+        ),
+        (
+            r#"{"method": "ngram", "num_speculative_tokens": 2, "rejection_sample_method": "synthetic",
+             "synthetic_acceptance_rates": [0.5, 0.6]}"#,
+            "must be non-increasing",
+        ),
+        (
+            r#"{"method": "ngram", "num_speculative_tokens": 2, "rejection_sample_method": "synthetic",
+             "synthetic_acceptance_rates": [0.5]}"#,
+            "must have length 2",
+        ),
+        (
+            r#"{"method": "ngram", "num_speculative_tokens": 2, "rejection_sample_method": "synthetic",
+             "synthetic_acceptance_length": 3.5}"#,
+            "must be in [1, 3], got 3.5",
+        ),
+        (
+            r#"{"method": "ngram", "num_speculative_tokens": 2, "rejection_sample_method": "fly"}"#,
+            "does not implement",
+        ),
+    ] {
+        let e = err(json);
+        assert!(e.contains(want), "{json}: {e:?} does not say {want:?}");
+    }
+}
