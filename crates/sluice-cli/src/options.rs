@@ -489,12 +489,8 @@ fn prepare(
             let mut exec =
                 simulated_executor(sim, &shape, sched, vocab, model.model_seed, eos_ids)?;
             if let Some(spec) = &model.speculative_config {
-                let sc = SchedulerConfig {
-                    max_num_seqs: sched.max_num_seqs,
-                    max_model_len,
-                    ..SchedulerConfig::default()
-                };
-                exec = exec.with_speculation(crate::simulated::sim_speculation(spec, &sc)?);
+                let s = crate::simulated::sim_speculation(spec, sched.max_num_seqs, max_model_len);
+                exec = exec.with_speculation(s?);
             }
             Box::new(exec)
         }

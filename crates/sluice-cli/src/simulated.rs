@@ -180,16 +180,17 @@ pub const NEEDS_SYNTHETIC: &str = "--speculative-config: the simulated executor 
 /// batch size, and the synthetic acceptance rates (required).
 pub fn sim_speculation(
     spec: &sluice_model::SpeculativeConfig,
-    config: &sluice_core::SchedulerConfig,
+    max_num_seqs: usize,
+    max_model_len: usize,
 ) -> Result<sluice_sim::SimSpeculation> {
     let rates = spec
         .synthetic_acceptance_rates
         .as_ref()
         .ok_or_else(|| crate::exit::bad_config(NEEDS_SYNTHETIC))?;
     Ok(sluice_sim::SimSpeculation::new(
-        spec.k_by_batch_size(config.max_num_seqs),
+        spec.k_by_batch_size(max_num_seqs),
         rates,
-        config.max_model_len,
+        max_model_len,
     ))
 }
 

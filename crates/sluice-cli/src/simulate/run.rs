@@ -307,7 +307,11 @@ pub(super) fn simulate(
     }
     let mut sim = Simulator::new(config, &*setup.model).with_max_concurrency(args.max_concurrency);
     if let Some(spec) = &args.speculative_config {
-        let s = crate::simulated::sim_speculation(spec, &setup.config)?;
+        let s = crate::simulated::sim_speculation(
+            spec,
+            setup.config.max_num_seqs,
+            setup.config.max_model_len,
+        )?;
         sim = sim.with_speculation(s, args.seed);
     }
     if let Some(pd) = &args.pd {

@@ -202,59 +202,13 @@ impl SpeculativeConfig {
         }
         let mut k = f.int("num_speculative_tokens")?;
         let method = match method.as_str() {
-            "ngram" => {
-                let (min, max) = (f.int("prompt_lookup_min")?, f.int("prompt_lookup_max")?);
-                for (name, v) in [("prompt_lookup_min", min), ("prompt_lookup_max", max)] {
-                    if let Some(v) = v.filter(|&v| v < 1) {
-                        bail!("{name}: must be >= 1, got {v}");
-                    }
-                }
-                // vLLM's defaults: 5 and 5 when neither is given, else the
-                // one given for both.
-                let (min, max) = match (min, max) {
-                    (None, None) => (5, 5),
-                    (None, Some(m)) | (Some(m), None) => (m, m),
-                    (Some(a), Some(b)) => (a, b),
-                };
-                if min > max {
-                    bail!("prompt_lookup_min={min} must be <= prompt_lookup_max={max}");
-                }
-                SpeculativeMethod::Ngram {
-                    min_n: min as usize,
-                    max_n: max as usize,
-                }
-            }
+            "ngram" => ngram_bounds(&f)?,
             "suffix" => {
-                let d = SuffixParams::default();
-                let depth = f.int("suffix_decoding_max_tree_depth")?;
-                let depth = depth.unwrap_or(d.max_tree_depth as i64);
-                let cached = f.int("suffix_decoding_max_cached_requests")?;
-                let cached = cached.unwrap_or(d.max_cached_requests as i64);
-                let factor = f.float("suffix_decoding_max_spec_factor")?;
-                let factor = factor.unwrap_or(f64::from(d.max_spec_factor));
-                let min_prob = f.float("suffix_decoding_min_token_prob")?;
-                let min_prob = min_prob.unwrap_or(f64::from(d.min_token_prob));
+                let p = suffix_params(&f)?;
                 // vLLM: the tree depth is k's default (a maximum: suffix
                 // decoding chooses each proposal's length).
-                k = k.or(Some(depth));
-                if depth < 1 {
-                    bail!("suffix_decoding_max_tree_depth={depth} must be >= 1");
-                }
-                if cached < 0 {
-                    bail!("suffix_decoding_max_cached_requests={cached} must be >= 0");
-                }
-                if factor < 0.0 {
-                    bail!("suffix_decoding_max_spec_factor={factor} must be >= 0");
-                }
-                if !(0.0..=1.0).contains(&min_prob) {
-                    bail!("suffix_decoding_min_token_prob={min_prob} must be in [0, 1]");
-                }
-                SpeculativeMethod::Suffix(SuffixParams {
-                    max_tree_depth: depth as usize,
-                    max_cached_requests: cached as usize,
-                    max_spec_factor: factor as f32,
-                    min_token_prob: min_prob as f32,
-                })
+                k = k.or(Some(p.max_tree_depth as i64));
+                SpeculativeMethod::Suffix(p)
             }
             "draft_model" => match model {
                 Some(m) => SpeculativeMethod::DraftModel { model: m.into() },
@@ -420,6 +374,60 @@ fn check_same_vocabulary(target: &LoadedModel, draft: &LoadedModel) -> Result<()
         }
     }
     Ok(())
+}
+
+/// `prompt_lookup_min` / `prompt_lookup_max` with vLLM's defaults: 5 and 5
+/// when neither is given, else the one given for both.
+fn ngram_bounds(f: &Fields<'_>) -> Result<SpeculativeMethod> {
+    let (min, max) = (f.int("prompt_lookup_min")?, f.int("prompt_lookup_max")?);
+    for (name, v) in [("prompt_lookup_min", min), ("prompt_lookup_max", max)] {
+        if let Some(v) = v.filter(|&v| v < 1) {
+            bail!("{name}: must be >= 1, got {v}");
+        }
+    }
+    let (min, max) = match (min, max) {
+        (None, None) => (5, 5),
+        (None, Some(m)) | (Some(m), None) => (m, m),
+        (Some(a), Some(b)) => (a, b),
+    };
+    if min > max {
+        bail!("prompt_lookup_min={min} must be <= prompt_lookup_max={max}");
+    }
+    Ok(SpeculativeMethod::Ngram {
+        min_n: min as usize,
+        max_n: max as usize,
+    })
+}
+
+/// The `suffix_decoding_*` fields with vLLM's defaults and checks.
+fn suffix_params(f: &Fields<'_>) -> Result<SuffixParams> {
+    let d = SuffixParams::default();
+    let depth = f.int("suffix_decoding_max_tree_depth")?;
+    let depth = depth.unwrap_or(d.max_tree_depth as i64);
+    let cached = f.int("suffix_decoding_max_cached_requests")?;
+    let cached = cached.unwrap_or(d.max_cached_requests as i64);
+    let factor = f.float("suffix_decoding_max_spec_factor")?;
+    let factor = factor.unwrap_or(f64::from(d.max_spec_factor));
+    let min_prob = f.float("suffix_decoding_min_token_prob")?;
+    let min_prob = min_prob.unwrap_or(f64::from(d.min_token_prob));
+    if depth < 1 {
+        bail!("suffix_decoding_max_tree_depth={depth} must be >= 1");
+    }
+    if cached < 0 {
+        bail!("suffix_decoding_max_cached_requests={cached} must be >= 0");
+    }
+    if factor < 0.0 {
+        bail!("suffix_decoding_max_spec_factor={factor} must be >= 0");
+    }
+    if !(0.0..=1.0).contains(&min_prob) {
+        bail!("suffix_decoding_min_token_prob={min_prob} must be in [0, 1]");
+    }
+    Ok(SuffixParams {
+        max_tree_depth: depth as usize,
+        max_cached_requests: cached as usize,
+        max_spec_factor: factor as f32,
+        min_token_prob: min_prob as f32,
+    })
 }
 
 /// `rejection_sample_method` and the synthetic rates, as vLLM resolves and
