@@ -115,17 +115,23 @@ fn a_stop_string_inside_accepted_drafts_cuts_there() {
 }
 
 #[test]
-fn a_structured_output_request_gets_no_drafts() {
+fn a_structured_output_request_keeps_only_drafts_its_grammar_accepts() {
     // The drafter proposes the model's own bytes, which the grammar
-    // forbids and verification (which sees no bitmask past the first
-    // position) would accept: the engine must drop them.
+    // forbids past "no": the engine cuts the drafts where the grammar
+    // refuses them and masks every verified position, so the output is
+    // the grammar's, as without drafts.
     let constraint = Constraint::Choice(vec!["yes".into(), "no".into()]);
     let req = || request("Q?", params(16)).with_constraint(constraint.clone());
     let model = || ScriptedExecutor::new(64, say("nox")).with_vocab_size(384);
-    let (plain, reason, _) = run(model(), req());
+    let (plain, reason, plain_steps) = run(model(), req());
     assert_eq!(plain, "no");
-    let (spec, spec_reason, _) = run(model().with_drafter(oracle("nox", 2)), req());
+    let (spec, spec_reason, steps) = run(model().with_drafter(oracle("nox", 2)), req());
     assert_eq!((spec, spec_reason), (plain, reason));
+    // The draft "o" the grammar accepts was verified: a step saved.
+    assert!(
+        steps < plain_steps,
+        "{steps} steps with drafts, {plain_steps} without"
+    );
 }
 
 /// Runs one request to its end on `exec`; returns the engine's stats.

@@ -260,3 +260,49 @@ async fn preemption_in_a_tiny_kv_pool_keeps_the_outputs() {
         assert_eq!(got, want, "{name}");
     }
 }
+
+/// A JSON-schema request gets drafts too: its grammar keeps the drafts it
+/// accepts and masks every verified position (vLLM's per-position
+/// bitmasks), so the completion is still the one without drafts, and a
+/// draft model's proposals are verified and accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn structured_outputs_verify_drafts_under_the_grammar() {
+    sluice_model::kernels::set_num_threads(2);
+    let tok = tokenizer();
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "city": {"type": "string"},
+            "age": {"type": "integer"}
+        },
+        "required": ["name", "city", "age"],
+        "additionalProperties": false
+    });
+    let req = request(
+        &tok,
+        "Give a person who lives in Paris as JSON with name, city and age.",
+        SamplingParams::greedy(48),
+    )
+    .with_constraint(Constraint::Json {
+        schema,
+        format: JsonFormat::pattern(String::new()),
+    });
+    let (want, _) = run(None, 256, std::slice::from_ref(&req), &[]).await;
+    let text = &want[0][0].1;
+    let v: serde_json::Value =
+        serde_json::from_str(text).unwrap_or_else(|e| panic!("{text:?} is not JSON: {e}"));
+    assert!(v["age"].is_i64(), "{v}");
+    for (name, spec) in methods() {
+        let (got, stats) = run(Some(&spec), 256, std::slice::from_ref(&req), &[]).await;
+        assert_eq!(got, want, "{name}");
+        if name == "draft_model" {
+            assert!(
+                stats.spec_decode_num_accepted_tokens > 0,
+                "{name}: drafts verified under the grammar: {} accepted of {}",
+                stats.spec_decode_num_accepted_tokens,
+                stats.spec_decode_num_draft_tokens
+            );
+        }
+    }
+}

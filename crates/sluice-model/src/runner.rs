@@ -171,15 +171,16 @@ impl<B: ForwardBackend> ModelRunner<B> {
 
     /// What a drafter sees of a request after a step: its tokens (prompt,
     /// then outputs, the step's sampled tokens included). `None` for a
-    /// request the runner does not hold, and for one under structured
-    /// outputs, whose drafts could not be verified (`verify.rs`).
+    /// request the runner does not hold. (A structured-output request's
+    /// drafts are checked against its grammar by the engine, which sends
+    /// one mask row per verified position.)
     pub fn draft_view<'a>(
         &'a self,
         req_id: &'a RequestId,
         max_model_len: usize,
     ) -> Option<DraftRequest<'a>> {
         let state = self.requests.get(req_id)?;
-        (!state.uses_grammar).then_some(DraftRequest {
+        Some(DraftRequest {
             req_id,
             token_ids: &state.token_ids,
             num_prompt_tokens: state.num_prompt_tokens,
@@ -217,13 +218,16 @@ impl<B: ForwardBackend> ModelRunner<B> {
             });
         let mut logprobs: Option<Vec<Option<SampleLogprobs>>> =
             any_logprobs.then(|| Vec::with_capacity(num_sample_rows));
-        // Structured-output rows by request (a handful per step).
-        let grammar_rows: HashMap<&str, usize> = so
+        // Structured-output rows by request (a handful per step): the
+        // first row of each request and how many it has (1 + its drafts).
+        let mut grammar_rows: HashMap<&str, (usize, usize)> = HashMap::new();
+        for (i, id) in so
             .grammar_bitmask
             .iter()
             .flat_map(|m| m.req_ids.iter().enumerate())
-            .map(|(i, id)| (&**id, i))
-            .collect();
+        {
+            grammar_rows.entry(&**id).or_insert((i, 0)).1 += 1;
+        }
         for (sched, entry) in so.num_scheduled_tokens.iter().zip(&self.entries) {
             let state = self
                 .requests
@@ -235,9 +239,12 @@ impl<B: ForwardBackend> ModelRunner<B> {
                 continue;
             };
             let mask = match (grammar_rows.get(&*sched.req_id), &so.grammar_bitmask) {
-                (Some(&i), Some(mask)) => {
+                (Some(&(first, n)), Some(mask)) => {
                     state.uses_grammar = true;
-                    Some(mask.row(i))
+                    let w = mask.words_per_row;
+                    mask.words
+                        .get(first * w..(first + n) * w)
+                        .map(|rows| (rows, w))
                 }
                 _ => None,
             };

@@ -567,7 +567,8 @@ fn inconsistent_drafts_are_errors() {
     let e = exec.execute(&so).unwrap_err().to_string();
     assert!(e.contains("request a") && e.contains("drafts"), "{e}");
 
-    // A structured-output row with drafts.
+    // A structured-output request with drafts needs one row per sampled
+    // position; one row for 3 drafts is refused.
     let mut so2 = so.clone();
     so2.scheduled_spec_decode_tokens[0].1.pop();
     let words = f.loaded.config.vocab_size.div_ceil(32);
@@ -576,5 +577,5 @@ fn inconsistent_drafts_are_errors() {
     mask.words.resize(words, u32::MAX);
     so2.grammar_bitmask = Some(mask);
     let e = exec.execute(&so2).unwrap_err().to_string();
-    assert!(e.contains("structured outputs"), "{e}");
+    assert!(e.contains("grammar bitmask rows"), "{e}");
 }

@@ -69,6 +69,7 @@ impl EngineCore {
             .unwrap_or_else(|| GrammarBitmask::new(words));
         mask.req_ids.clear();
         mask.words.clear();
+        let mut broken = Vec::new();
         for s in &sched_out.num_scheduled_tokens {
             let Some(child) = self.children.get_mut(&s.req_id) else {
                 continue;
@@ -79,15 +80,46 @@ impl EngineCore {
             let Some(m) = child.grammar.as_mut() else {
                 continue;
             };
-            let row = mask.push_row(s.req_id.clone());
-            m.fill_bitmask(row);
-            if !child.grammar_stop_ids.is_empty() && m.can_stop() {
-                for &t in &child.grammar_stop_ids {
-                    if let Some(w) = row.get_mut(t as usize / 32) {
-                        *w |= 1 << (t % 32);
+            // One row per sampled position: after the known tokens, then
+            // after each draft (accepted for the mask, rolled back after).
+            let drafts = sched_out
+                .scheduled_spec_decode_tokens
+                .iter()
+                .find(|(id, _)| *id == s.req_id)
+                .map_or(&[][..], |(_, d)| &d[..]);
+            let stops = &child.grammar_stop_ids;
+            let mut advanced = 0;
+            for i in 0..=drafts.len() {
+                let row = mask.push_row(s.req_id.clone());
+                m.fill_bitmask(row);
+                if !stops.is_empty() && m.can_stop() {
+                    for &t in stops {
+                        if let Some(w) = row.get_mut(t as usize / 32) {
+                            *w |= 1 << (t % 32);
+                        }
+                    }
+                }
+                if let Some(&d) = drafts.get(i) {
+                    // The drafts were validated when they were proposed; a
+                    // refused one leaves the rows after it at this state
+                    // (its own row cannot sample it, so none of them is used).
+                    if advanced == i && m.accept_token(d) {
+                        advanced += 1;
                     }
                 }
             }
+            if advanced > 0 && !m.rollback(advanced) {
+                // A matcher that cannot undo its steps would check the
+                // next tokens from the wrong state: the request fails.
+                broken.push(child.parent);
+            }
+        }
+        for seq in broken {
+            self.abort_parent(
+                seq,
+                FinishReason::Error,
+                Some("the grammar could not roll back the drafts it checked".into()),
+            );
         }
         if mask.is_empty() {
             self.grammar_bitmask = Some(mask);

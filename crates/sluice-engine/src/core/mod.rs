@@ -355,14 +355,26 @@ impl EngineCore {
 
     /// Hands the executor's drafts for the next step to the scheduler
     /// (vLLM's `update_draft_token_ids` after `update_from_output`). A
-    /// structured-output request's drafts are dropped: its grammar would
-    /// have to check every draft position, which only its matcher can.
+    /// structured-output request keeps the drafts its grammar accepts (as
+    /// vLLM's `validate_tokens`), cut at the first it refuses; one whose
+    /// grammar still waits behind its reasoning gate gets none (a request
+    /// whose grammar is compiling has not run, so it has none either).
     fn take_drafts(&mut self) {
         let Some(mut drafts) = self.executor.take_draft_token_ids() else {
             return;
         };
-        drafts.retain(|(id, d)| {
-            !d.is_empty() && self.children.get(id).is_some_and(|c| c.grammar.is_none())
+        drafts.retain_mut(|(id, d)| {
+            let Some(child) = self.children.get_mut(id) else {
+                return false;
+            };
+            if child.grammar_gate.is_some() {
+                return false;
+            }
+            if let Some(m) = child.grammar.as_mut() {
+                let valid = m.validate_tokens(d);
+                d.truncate(valid);
+            }
+            !d.is_empty()
         });
         if !drafts.is_empty() {
             self.scheduler.update_draft_token_ids(&drafts);

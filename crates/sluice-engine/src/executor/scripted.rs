@@ -235,8 +235,12 @@ impl Executor for ScriptedExecutor {
         let mut out = ModelRunnerOutput::with_capacity(so.num_scheduled_tokens.len());
         let mut logprobs = Vec::new();
         let mut any_logprobs = false;
-        let masks: HashMap<&str, &[u32]> =
-            so.grammar_bitmask.iter().flat_map(|m| m.rows()).collect();
+        // A request's rows in order: one per sampled position (after the
+        // known tokens, then after each draft).
+        let mut masks: HashMap<&str, Vec<&[u32]>> = HashMap::new();
+        for (id, row) in so.grammar_bitmask.iter().flat_map(|m| m.rows()) {
+            masks.entry(id).or_default().push(row);
+        }
         let spec: HashMap<&str, &[TokenId]> = so
             .scheduled_spec_decode_tokens
             .iter()
@@ -286,8 +290,9 @@ impl Executor for ScriptedExecutor {
                 }
             }
             if end == state.tokens.len() {
-                let mask = masks.get(&*s.req_id).copied();
-                let (token, lp) = self.sample(&s.req_id, mask)?;
+                let rows = masks.get(&*s.req_id);
+                let mask_at = |i: usize| rows.and_then(|r| r.get(i).copied());
+                let (token, lp) = self.sample(&s.req_id, mask_at(0))?;
                 any_logprobs |= lp.is_some();
                 logprobs.push(lp);
                 let mut row = vec![token];
@@ -295,8 +300,9 @@ impl Executor for ScriptedExecutor {
                     if row.last() != Some(&draft) {
                         break;
                     }
-                    // Accepted: the model's choice after it comes next.
-                    let (token, _) = self.sample(&s.req_id, None)?;
+                    // Accepted: the model's choice after it comes next,
+                    // under the grammar's state after it.
+                    let (token, _) = self.sample(&s.req_id, mask_at(row.len()))?;
                     row.push(token);
                 }
                 out.push(&row);

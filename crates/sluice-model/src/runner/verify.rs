@@ -64,8 +64,9 @@ pub(super) fn check_span(
 /// `vocab` logits) in order, accepting drafts while they match, and writes
 /// the tokens it reports into `tokens` (their logprobs into `logprobs`
 /// when the step has any). `mask` is the request's structured-output
-/// bitmask row, which only constrains the position after the last known
-/// token: a request with both a mask and drafts is refused.
+/// bitmask, one row (of the given words) per sampled position: the
+/// grammar's state after the known tokens, then after each draft (vLLM's
+/// per-position masks for speculative decoding).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn sample_rows(
     state: &mut RequestState,
@@ -73,20 +74,24 @@ pub(super) fn sample_rows(
     rows: &mut [f32],
     vocab: usize,
     drafts: &[TokenId],
-    mask: Option<&[u32]>,
+    mask: Option<(&[u32], usize)>,
     tokens: &mut Vec<TokenId>,
     mut logprobs: Option<&mut Vec<Option<SampleLogprobs>>>,
 ) -> Result<()> {
-    if mask.is_some() && !drafts.is_empty() {
-        bail!(
-            "request {req_id}: structured outputs cannot be combined with drafts (the grammar \
-             bitmask constrains only the position after the last known token)"
-        );
+    if let Some((words, per_row)) = mask {
+        if per_row == 0 || words.len() != per_row * (1 + drafts.len()) {
+            bail!(
+                "request {req_id}: {} grammar bitmask rows for {} drafts (one row per sampled \
+                 position is needed)",
+                words.len().checked_div(per_row).unwrap_or(0),
+                drafts.len()
+            );
+        }
     }
     for (i, row) in rows.chunks_exact_mut(vocab).enumerate() {
-        if let Some(mask) = mask {
+        if let Some((words, per_row)) = mask {
             // Before everything the sampler does, logprobs included.
-            apply_token_bitmask(row, mask);
+            apply_token_bitmask(row, &words[i * per_row..(i + 1) * per_row]);
         }
         let sampled = state.sample(row);
         tokens.push(sampled.token);
