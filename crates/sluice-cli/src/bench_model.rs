@@ -23,11 +23,13 @@ use crate::exit::{bad_config, config_error, exit_code};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use sluice_core::kv_cache::GroupingPolicy;
+use sluice_core::Executor;
 use sluice_core::{NewRequest, SamplingParams, Scheduler, SchedulerConfig};
 use sluice_model::kernels::QuantFormat;
 use sluice_model::kv_cache::KvCacheConfig;
 use sluice_model::model::Model;
-use sluice_model::runner::ModelRunner;
+use sluice_model::runner::{ModelRunner, SpeculationRequest};
+use sluice_model::ModelExecutor;
 use sluice_model::{builtin, load_dummy_as, load_model, DType, LoadFormat, LoadedModel, ModelSpec};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -84,6 +86,20 @@ pub struct BenchModelArgs {
     /// bfloat16, float16 or q8_0.
     #[arg(long, value_name = "DTYPE", default_value = "auto")]
     kv_cache_dtype: sluice_model::kv_cache::KvCacheDtype,
+    /// Speculative decoding, as `serve --speculative-config` takes it. The
+    /// prompts are random tokens, so n-gram and suffix drafts only match
+    /// what the model repeats; the acceptance rate and mean acceptance
+    /// length over all runs are reported.
+    #[arg(long, value_name = "JSON", value_parser = crate::options::parse_speculative_config)]
+    speculative_config: Option<sluice_model::SpeculativeConfig>,
+}
+
+/// Speculative decoding's counters over the runs (vLLM's names).
+#[derive(Clone, Copy, Debug, Default)]
+struct SpecCounts {
+    drafts: u64,
+    draft_tokens: u64,
+    accepted: u64,
 }
 
 pub fn run(args: BenchModelArgs) -> ExitCode {
@@ -112,7 +128,8 @@ struct RunTiming {
 
 struct Bench {
     loaded: LoadedModel,
-    runner: ModelRunner,
+    exec: ModelExecutor,
+    spec: SpecCounts,
     sched_config: SchedulerConfig,
     prompt_len: usize,
     output_len: usize,
@@ -158,14 +175,27 @@ impl Bench {
         while sched.has_unfinished_requests() {
             let t0 = Instant::now();
             let so = sched.schedule();
-            let out = self.runner.execute(&so)?;
+            let out = self.exec.execute(&so)?;
             let updates = sched.update_from_output(&so, &out);
+            if let Some(drafts) = self.exec.take_draft_token_ids() {
+                sched.update_draft_token_ids(&drafts);
+            }
             let dt = t0.elapsed();
             first_step.get_or_insert(dt);
             let sampled: usize = updates.iter().map(|u| u.new_token_ids.len()).sum();
             output_tokens += sampled;
+            let mut step_drafts = 0;
+            for (id, d) in &so.scheduled_spec_decode_tokens {
+                let got = updates.iter().find(|u| u.req_id == *id);
+                let n = got.map_or(0, |u| u.new_token_ids.len());
+                self.spec.drafts += 1;
+                self.spec.draft_tokens += d.len() as u64;
+                self.spec.accepted += n.saturating_sub(1) as u64;
+                step_drafts += d.len();
+            }
+            // Every request decodes (a verification row is a decode).
             let all_decoding = so.num_scheduled_tokens.len() == num_reqs
-                && so.total_num_scheduled_tokens == num_reqs;
+                && so.total_num_scheduled_tokens == num_reqs + step_drafts;
             if all_decoding {
                 decode_time += dt;
                 decode_tokens += sampled;
@@ -181,7 +211,7 @@ impl Bench {
         let total = start.elapsed();
         // Deliver the finished ids so the runner drops its request state.
         let so = sched.schedule();
-        self.runner.execute(&so)?;
+        self.exec.execute(&so)?;
         Ok(RunTiming {
             // NaN (null in the JSON) when no step had every request decoding.
             decode_tok_s: if decode_tokens == 0 {
@@ -397,6 +427,21 @@ fn bench(args: &BenchModelArgs) -> Result<()> {
     let runner = ModelRunner::new(&loaded, kv)
         .context(kv_flags)
         .map_err(config_error)?;
+    let mut exec = ModelExecutor::from_runner(runner);
+    let spec = args.speculative_config.as_ref();
+    if let Some(config) = spec {
+        let req = SpeculationRequest {
+            config,
+            max_model_len,
+            max_num_seqs: max_conc.max(1),
+        };
+        let draft_kv = KvCacheConfig::new(args.block_size, num_blocks).with_dtype(kv_dtype);
+        let s = req
+            .build(&loaded, draft_kv)
+            .context("--speculative-config")
+            .map_err(config_error)?;
+        exec = exec.with_speculation(s);
+    }
     let sched_config = SchedulerConfig {
         block_size: args.block_size,
         num_gpu_blocks: num_blocks,
@@ -404,11 +449,14 @@ fn bench(args: &BenchModelArgs) -> Result<()> {
         max_num_seqs: max_conc.max(1),
         max_num_batched_tokens: args.max_num_batched_tokens.max(max_conc),
         enable_prefix_caching: false,
-        kv_cache_groups: runner.kv_cache_groups(),
+        kv_cache_groups: exec.runner().kv_cache_groups(),
+        num_lookahead_tokens: spec.map_or(0, |s| s.num_lookahead_tokens()),
+        num_speculative_tokens: spec.map_or(0, |s| s.num_speculative_tokens),
         ..SchedulerConfig::default()
     };
     let mut b = Bench {
-        runner,
+        exec,
+        spec: SpecCounts::default(),
         sched_config,
         prompt_len: args.prompt_len,
         output_len: args.output_len,
@@ -428,6 +476,7 @@ fn bench(args: &BenchModelArgs) -> Result<()> {
         seq_len,
         per_seq_blocks: figures.kv_peak_one,
     });
+    figures.spec = args.speculative_config.as_ref().map(|_| b.spec);
 
     report(
         args,
@@ -456,6 +505,8 @@ struct Figures {
     /// The KV blocks one request held while decoding, at its last step.
     kv_peak_one: usize,
     kv: Option<KvFigures>,
+    /// Speculative decoding's counters, when it was on.
+    spec: Option<SpecCounts>,
 }
 
 /// What the KV cache held for one sequence at its full length.
@@ -497,8 +548,8 @@ fn measure(b: &mut Bench, args: &BenchModelArgs) -> Result<Figures> {
         levels.push((c, median(decode), median(output)));
     }
     let peak_rss = peak_rss_bytes();
-    let weight_bytes = b.runner.model().weight_bytes();
-    let per_token = bytes_read_per_token(b.runner.model());
+    let weight_bytes = b.exec.runner().model().weight_bytes();
+    let per_token = bytes_read_per_token(b.exec.runner().model());
     let bandwidth = stream_read_bandwidth();
     let decode_1 = levels.iter().find(|&&(c, _, _)| c == 1).map(|&(_, d, _)| d);
     let bound_fraction = decode_1.map(|d| d * per_token as f64 / bandwidth);
@@ -512,6 +563,7 @@ fn measure(b: &mut Bench, args: &BenchModelArgs) -> Result<Figures> {
         bound_fraction,
         kv_peak_one,
         kv: None,
+        spec: None,
     })
 }
 
@@ -598,6 +650,26 @@ fn report(
             ""
         );
     }
+    let spec_json = figures.spec.map(|c| {
+        let rate = c.accepted as f64 / c.draft_tokens.max(1) as f64;
+        let mean_len = 1.0 + c.accepted as f64 / c.drafts.max(1) as f64;
+        eprintln!(
+            "  {:<34} {:>10.1}",
+            format!("speculation: accepted % of {} drafts", c.draft_tokens),
+            100.0 * rate
+        );
+        eprintln!(
+            "  {:<34} {:>10.2}",
+            "speculation: mean acceptance length", mean_len
+        );
+        serde_json::json!({
+            "num_drafts": c.drafts,
+            "num_draft_tokens": c.draft_tokens,
+            "num_accepted_tokens": c.accepted,
+            "acceptance_rate": rate,
+            "mean_acceptance_length": mean_len,
+        })
+    });
     let kv_json = figures.kv.as_ref().map(|kv| {
         serde_json::json!({
             "groups": kv.groups,
@@ -626,6 +698,7 @@ fn report(
         "output_tok_s_incl_prefill": levels.iter().map(|&(c, _, o)| (c.to_string(), o.into())).collect::<serde_json::Map<_, _>>(),
         "peak_rss_bytes": peak_rss,
         "kv_cache": kv_json,
+        "spec_decode": spec_json,
     });
     println!("{json}");
 }
