@@ -310,6 +310,33 @@ fn kv_config(
         .with_dtype(dtype))
 }
 
+/// The executor over `runner`, drafting as `--speculative-config` says (a
+/// draft model's KV pool laid out as the target's).
+fn executor(
+    runner: ModelRunner,
+    loaded: &LoadedModel,
+    args: &BenchModelArgs,
+    max_model_len: usize,
+    max_num_seqs: usize,
+) -> Result<ModelExecutor> {
+    let draft_kv = KvCacheConfig::new(args.block_size, runner.num_kv_blocks())
+        .with_dtype(runner.kv_cache_dtype().unwrap_or_default());
+    let exec = ModelExecutor::from_runner(runner);
+    let Some(config) = &args.speculative_config else {
+        return Ok(exec);
+    };
+    let req = SpeculationRequest {
+        config,
+        max_model_len,
+        max_num_seqs,
+    };
+    let s = req
+        .build(loaded, draft_kv)
+        .context("--speculative-config")
+        .map_err(config_error)?;
+    Ok(exec.with_speculation(s))
+}
+
 fn bench(args: &BenchModelArgs) -> Result<()> {
     let dtype: DType = args
         .dtype
@@ -427,21 +454,8 @@ fn bench(args: &BenchModelArgs) -> Result<()> {
     let runner = ModelRunner::new(&loaded, kv)
         .context(kv_flags)
         .map_err(config_error)?;
-    let mut exec = ModelExecutor::from_runner(runner);
+    let exec = executor(runner, &loaded, args, max_model_len, max_conc.max(1))?;
     let spec = args.speculative_config.as_ref();
-    if let Some(config) = spec {
-        let req = SpeculationRequest {
-            config,
-            max_model_len,
-            max_num_seqs: max_conc.max(1),
-        };
-        let draft_kv = KvCacheConfig::new(args.block_size, num_blocks).with_dtype(kv_dtype);
-        let s = req
-            .build(&loaded, draft_kv)
-            .context("--speculative-config")
-            .map_err(config_error)?;
-        exec = exec.with_speculation(s);
-    }
     let sched_config = SchedulerConfig {
         block_size: args.block_size,
         num_gpu_blocks: num_blocks,
