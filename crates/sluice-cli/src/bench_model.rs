@@ -337,6 +337,30 @@ fn executor(
     Ok(exec.with_speculation(s))
 }
 
+/// The scheduler of the runs: the pool as sized, no prefix caching (every
+/// prompt is new anyway), the lookahead slots speculation needs.
+fn scheduler_config(
+    args: &BenchModelArgs,
+    num_blocks: usize,
+    max_model_len: usize,
+    max_conc: usize,
+    exec: &ModelExecutor,
+) -> SchedulerConfig {
+    let spec = args.speculative_config.as_ref();
+    SchedulerConfig {
+        block_size: args.block_size,
+        num_gpu_blocks: num_blocks,
+        max_model_len,
+        max_num_seqs: max_conc.max(1),
+        max_num_batched_tokens: args.max_num_batched_tokens.max(max_conc),
+        enable_prefix_caching: false,
+        kv_cache_groups: exec.runner().kv_cache_groups(),
+        num_lookahead_tokens: spec.map_or(0, |s| s.num_lookahead_tokens()),
+        num_speculative_tokens: spec.map_or(0, |s| s.num_speculative_tokens),
+        ..SchedulerConfig::default()
+    }
+}
+
 fn bench(args: &BenchModelArgs) -> Result<()> {
     let dtype: DType = args
         .dtype
@@ -455,19 +479,7 @@ fn bench(args: &BenchModelArgs) -> Result<()> {
         .context(kv_flags)
         .map_err(config_error)?;
     let exec = executor(runner, &loaded, args, max_model_len, max_conc.max(1))?;
-    let spec = args.speculative_config.as_ref();
-    let sched_config = SchedulerConfig {
-        block_size: args.block_size,
-        num_gpu_blocks: num_blocks,
-        max_model_len,
-        max_num_seqs: max_conc.max(1),
-        max_num_batched_tokens: args.max_num_batched_tokens.max(max_conc),
-        enable_prefix_caching: false,
-        kv_cache_groups: exec.runner().kv_cache_groups(),
-        num_lookahead_tokens: spec.map_or(0, |s| s.num_lookahead_tokens()),
-        num_speculative_tokens: spec.map_or(0, |s| s.num_speculative_tokens),
-        ..SchedulerConfig::default()
-    };
+    let sched_config = scheduler_config(args, num_blocks, max_model_len, max_conc, &exec);
     let mut b = Bench {
         exec,
         spec: SpecCounts::default(),
