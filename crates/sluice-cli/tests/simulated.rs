@@ -156,3 +156,82 @@ fn bad_simulation_flags_exit_2_naming_the_flag_or_file() {
     assert!(err.contains("--executor"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Speculative decoding on a simulated server: drafts are accepted as the
+/// synthetic rates say (here always 2 of 4), so a request of 1 + 3m tokens
+/// takes its prefill step and m verification steps, and the metrics count
+/// them as vLLM does.
+#[test]
+fn a_simulated_server_verifies_drafts_at_the_synthetic_rates() {
+    let dir = temp_dir("spec");
+    let profile = dir.join("profile.json");
+    let json = serde_json::json!({"kind": "roofline", "hardware": HW});
+    std::fs::write(&profile, json.to_string()).unwrap();
+    let log = dir.join("steps.jsonl");
+    let mut serve = spawn_serve(
+        &[
+            "--executor",
+            "simulated",
+            "--profile",
+            profile.to_str().unwrap(),
+            "--step-log",
+            log.to_str().unwrap(),
+            "--speculative-config",
+            r#"{"method": "ngram", "num_speculative_tokens": 4, "rejection_sample_method": "synthetic", "synthetic_acceptance_rates": [1, 1, 0, 0]}"#,
+        ],
+        &[],
+    );
+    serve.drain_log();
+    let url = serve.url.clone();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let (body, metrics) = rt.block_on(async {
+        let c = reqwest::Client::new();
+        let body: serde_json::Value = c
+            .post(format!("{url}/v1/completions"))
+            .json(&serde_json::json!({"prompt": "Simulate this", "max_tokens": 31}))
+            .send()
+            .await
+            .expect("request")
+            .json()
+            .await
+            .expect("json");
+        let metrics = c
+            .get(format!("{url}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        (body, metrics)
+    });
+    assert_eq!(body["usage"]["completion_tokens"], 31, "{body}");
+    assert!(serve.terminate_and_wait().success());
+    let steps = std::fs::read_to_string(&log).unwrap().lines().count();
+    assert_eq!(
+        steps,
+        1 + 10,
+        "a prefill step and ten verifications of 3 tokens"
+    );
+    let line = |name: &str| {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no {name} in {metrics}"))
+            .rsplit(' ')
+            .next()
+            .unwrap()
+            .parse::<f64>()
+            .unwrap()
+    };
+    assert_eq!(
+        line("vllm:spec_decode_num_accepted_tokens_total{"),
+        20.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        line("vllm:spec_decode_num_drafts_total{"),
+        10.0,
+        "{metrics}"
+    );
+}
