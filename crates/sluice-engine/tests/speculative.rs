@@ -123,21 +123,35 @@ fn a_structured_output_request_keeps_only_drafts_its_grammar_accepts() {
     let constraint = Constraint::Choice(vec!["yes".into(), "no".into()]);
     let req = || request("Q?", params(16)).with_constraint(constraint.clone());
     let model = || ScriptedExecutor::new(64, say("nox")).with_vocab_size(384);
-    let (plain, reason, plain_steps) = run(model(), req());
+    let (plain, reason, _) = run(model(), req());
     assert_eq!(plain, "no");
-    let (spec, spec_reason, steps) = run(model().with_drafter(oracle("nox", 2)), req());
+    let (spec, spec_reason, _) = run(model().with_drafter(oracle("nox", 2)), req());
     assert_eq!((spec, spec_reason), (plain, reason));
-    // The draft "o" the grammar accepts was verified: a step saved.
-    assert!(
-        steps < plain_steps,
-        "{steps} steps with drafts, {plain_steps} without"
+    // The draft "o" the grammar accepts was verified and accepted; "x",
+    // which it refuses, never reached the scheduler.
+    let stats = stats_for(model().with_drafter(oracle("nox", 2)), req());
+    assert_eq!(
+        (
+            stats.spec_decode_num_draft_tokens,
+            stats.spec_decode_num_accepted_tokens
+        ),
+        (1, 1),
+        "{stats:?}"
     );
 }
 
 /// Runs one request to its end on `exec`; returns the engine's stats.
 fn stats_after(exec: ScriptedExecutor, max_tokens: usize) -> sluice_engine::EngineStats {
+    stats_for(exec, request("Q: ", params(max_tokens)))
+}
+
+/// Runs `req` to its end on `exec`; returns the engine's stats.
+fn stats_for(
+    exec: ScriptedExecutor,
+    req: sluice_engine::GenerateRequest,
+) -> sluice_engine::EngineStats {
     let (mut core, engine) = core_with(exec);
-    let mut stream: RequestStream = engine.generate(request("Q: ", params(max_tokens))).unwrap();
+    let mut stream: RequestStream = engine.generate(req).unwrap();
     for _ in 0..10_000 {
         while let Some(out) = stream.try_next() {
             if out.finished.is_some() {
