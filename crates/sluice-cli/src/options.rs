@@ -476,7 +476,7 @@ fn prepare(
         .into_iter()
         .chain(generation_config.eos_token_ids.iter().copied())
         .collect();
-    check_speculation(model, sim, max_num_batched_tokens)?;
+    check_speculation(model, sim, max_num_batched_tokens, max_model_len)?;
     let executor: Box<dyn Executor> = match (sim, &loaded) {
         (Some(sim), _) => {
             // Token ids the tokenizer can decode and the model could emit.
@@ -546,6 +546,7 @@ fn check_speculation(
     model: &ModelArgs,
     sim: Option<&Simulation>,
     max_num_batched_tokens: usize,
+    max_model_len: usize,
 ) -> Result<()> {
     let Some(spec) = &model.speculative_config else {
         return Ok(());
@@ -561,6 +562,14 @@ fn check_speculation(
             "--speculative-config: --max-num-batched-tokens {max_num_batched_tokens} leaves no \
              slot to schedule a token beside {} lookahead tokens",
             spec.num_lookahead_tokens()
+        )));
+    }
+    // A verification holds the sequence's last token and every draft.
+    if spec.num_speculative_tokens >= max_model_len {
+        return Err(bad_config(format!(
+            "--speculative-config: num_speculative_tokens={} does not fit in --max-model-len \
+             {max_model_len} beside the token it continues",
+            spec.num_speculative_tokens
         )));
     }
     Ok(())

@@ -67,6 +67,23 @@ fn bad_configurations_exit_2_naming_the_field() {
             "{json}: {err:?} does not name the flag and say {want:?}"
         );
     }
+    // k beyond the context.
+    let (code, _, err) = sluice(&[
+        "generate",
+        "--builtin",
+        "tiny",
+        "--max-model-len",
+        "8",
+        "--prompt",
+        "hi",
+        "--speculative-config",
+        r#"{"method": "ngram", "num_speculative_tokens": 8}"#,
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("num_speculative_tokens=8 does not fit in --max-model-len 8"),
+        "{err}"
+    );
     // The simulated executor does not draft.
     let (code, _, err) = sluice(&[
         "serve",
@@ -79,6 +96,43 @@ fn bad_configurations_exit_2_naming_the_field() {
     ]);
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("--speculative-config"), "{err}");
+}
+
+/// A draft model with another vocabulary (Gemma 3's 262,144 tokens for
+/// SmolLM2's 49,152) is refused with vLLM's message, exit 2.
+#[test]
+fn a_draft_with_another_vocabulary_exits_2() {
+    let target = common::smollm2();
+    let draft = match std::env::var_os("SLUICE_GEMMA3_GGUF") {
+        Some(p) => std::path::PathBuf::from(p),
+        None => std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../.cache/models/gemma-3-270m-q4_k_m.gguf"),
+    };
+    assert!(
+        draft.exists(),
+        "{} is missing: run .ci/test (tools/fetch_gemma3.sh) or set SLUICE_GEMMA3_GGUF",
+        draft.display()
+    );
+    let spec = format!(
+        r#"{{"model": {:?}, "num_speculative_tokens": 3}}"#,
+        draft.display().to_string()
+    );
+    let (code, _, err) = sluice(&[
+        "generate",
+        "--model",
+        target.to_str().unwrap(),
+        "--prompt",
+        "hi",
+        "--speculative-config",
+        &spec,
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("--speculative-config")
+            && err.contains("Target and draft model should have the same vocabulary size")
+            && err.contains("Target model vocab_size=49152"),
+        "{err}"
+    );
 }
 
 #[test]

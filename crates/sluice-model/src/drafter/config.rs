@@ -349,11 +349,11 @@ impl SpeculativeConfig {
                     quantization: None,
                 };
                 let draft = load_model(&spec).with_context(|| format!("model: {model}"))?;
+                // vLLM's size check first (its message), then the strings.
+                let drafter = DraftModelDrafter::new(&draft, target.config.vocab_size, draft_kv)
+                    .with_context(|| format!("model: {model}"))?;
                 check_same_vocabulary(target, &draft)?;
-                Ok(Box::new(
-                    DraftModelDrafter::new(&draft, target.config.vocab_size, draft_kv)
-                        .with_context(|| format!("model: {model}"))?,
-                ))
+                Ok(Box::new(drafter))
             }
         }
     }
