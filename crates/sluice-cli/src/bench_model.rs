@@ -677,8 +677,7 @@ fn report(
         );
     }
     let spec_json = figures.spec.map(|c| {
-        let rate = c.accepted as f64 / c.draft_tokens.max(1) as f64;
-        let mean_len = 1.0 + c.accepted as f64 / c.drafts.max(1) as f64;
+        let (rate, mean_len) = crate::generate::acceptance(c.drafts, c.draft_tokens, c.accepted);
         eprintln!(
             "  {:<34} {:>10.1}",
             format!("speculation: accepted % of {} drafts", c.draft_tokens),

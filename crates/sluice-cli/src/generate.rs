@@ -403,14 +403,24 @@ fn decode_rate(tokens: usize, since_first: std::time::Duration) -> String {
     )
 }
 
+/// vLLM's acceptance rate (accepted / draft tokens) and mean acceptance
+/// length (1 + accepted per verification) from its three counters.
+pub(crate) fn acceptance(drafts: u64, draft_tokens: u64, accepted: u64) -> (f64, f64) {
+    (
+        accepted as f64 / draft_tokens.max(1) as f64,
+        1.0 + accepted as f64 / drafts.max(1) as f64,
+    )
+}
+
 /// Speculative decoding's counters as one bracketed line: vLLM's
 /// acceptance rate (accepted / draft tokens) and mean acceptance length
 /// (tokens per verification, the sampled one included).
 fn speculation_summary(s: &sluice_engine::EngineStats) -> String {
-    let rate =
-        s.spec_decode_num_accepted_tokens as f64 / s.spec_decode_num_draft_tokens.max(1) as f64;
-    let mean_len =
-        1.0 + s.spec_decode_num_accepted_tokens as f64 / s.spec_decode_num_drafts.max(1) as f64;
+    let (rate, mean_len) = acceptance(
+        s.spec_decode_num_drafts,
+        s.spec_decode_num_draft_tokens,
+        s.spec_decode_num_accepted_tokens,
+    );
     format!(
         "[speculative decoding: drafts={} draft_tokens={} accepted_tokens={} \
          acceptance_rate={:.1}% mean_acceptance_length={mean_len:.2}]",

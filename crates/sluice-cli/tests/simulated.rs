@@ -50,24 +50,29 @@ fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
-#[test]
-fn a_simulated_server_completes_requests_at_the_profiles_pace() {
-    let dir = temp_dir("serve");
+/// A simulated server on the fixed-step roofline profile, writing its
+/// step log; `extra` flags after those. Returns it and the log's path.
+fn spawn_simulated(name: &str, extra: &[&str]) -> (common::Serve, PathBuf) {
+    let dir = temp_dir(name);
     let profile = dir.join("profile.json");
     let json = serde_json::json!({"kind": "roofline", "hardware": HW});
     std::fs::write(&profile, json.to_string()).unwrap();
     let log = dir.join("steps.jsonl");
-    let mut serve = spawn_serve(
-        &[
-            "--executor",
-            "simulated",
-            "--profile",
-            profile.to_str().unwrap(),
-            "--step-log",
-            log.to_str().unwrap(),
-        ],
-        &[],
-    );
+    let mut args = vec![
+        "--executor",
+        "simulated",
+        "--profile",
+        profile.to_str().unwrap(),
+        "--step-log",
+        log.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    (spawn_serve(&args, &[]), log)
+}
+
+#[test]
+fn a_simulated_server_completes_requests_at_the_profiles_pace() {
+    let (mut serve, log) = spawn_simulated("serve", &[]);
     assert!(
         serve.log.iter().any(|l| l.contains("simulated executor")),
         "{:?}",
@@ -114,7 +119,7 @@ fn a_simulated_server_completes_requests_at_the_profiles_pace() {
         elapsed >= predicted * 0.5,
         "{elapsed} < half of {predicted}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(log.parent().expect("the scratch directory"));
 }
 
 fn serve_fails(extra: &[&str]) -> String {
@@ -163,23 +168,12 @@ fn bad_simulation_flags_exit_2_naming_the_flag_or_file() {
 /// them as vLLM does.
 #[test]
 fn a_simulated_server_verifies_drafts_at_the_synthetic_rates() {
-    let dir = temp_dir("spec");
-    let profile = dir.join("profile.json");
-    let json = serde_json::json!({"kind": "roofline", "hardware": HW});
-    std::fs::write(&profile, json.to_string()).unwrap();
-    let log = dir.join("steps.jsonl");
-    let mut serve = spawn_serve(
+    let (mut serve, log) = spawn_simulated(
+        "spec",
         &[
-            "--executor",
-            "simulated",
-            "--profile",
-            profile.to_str().unwrap(),
-            "--step-log",
-            log.to_str().unwrap(),
             "--speculative-config",
             r#"{"method": "ngram", "num_speculative_tokens": 4, "rejection_sample_method": "synthetic", "synthetic_acceptance_rates": [1, 1, 0, 0]}"#,
         ],
-        &[],
     );
     serve.drain_log();
     let url = serve.url.clone();

@@ -236,6 +236,15 @@ impl GrammarBitmask {
 }
 
 impl SchedulerOutput {
+    /// The drafts scheduled for `req_id` to verify (empty when none; a
+    /// scan of the few requests that have drafts).
+    pub fn spec_tokens_of(&self, req_id: &str) -> &[TokenId] {
+        self.scheduled_spec_decode_tokens
+            .iter()
+            .find(|(id, _)| &**id == req_id)
+            .map_or(&[][..], |(_, d)| &d[..])
+    }
+
     /// Tokens scheduled for `req_id` (a linear scan; for tests and tools).
     pub fn num_scheduled(&self, req_id: &str) -> Option<usize> {
         self.num_scheduled_tokens

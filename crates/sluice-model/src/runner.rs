@@ -252,7 +252,7 @@ impl<B: ForwardBackend> ModelRunner<B> {
             let drafts = if entry.num_drafts == 0 {
                 &[][..]
             } else {
-                verify::drafts_of(so, &sched.req_id)
+                so.spec_tokens_of(&sched.req_id)
             };
             self.step_tokens.clear();
             verify::sample_rows(
@@ -319,11 +319,7 @@ impl<B: ForwardBackend> ModelRunner<B> {
         self.entries.clear();
         let mut num_sample_rows = 0;
         for sched in &so.num_scheduled_tokens {
-            let drafts = if so.scheduled_spec_decode_tokens.is_empty() {
-                &[][..]
-            } else {
-                verify::drafts_of(so, &sched.req_id)
-            };
+            let drafts = so.spec_tokens_of(&sched.req_id);
             let state = self.requests.get(&sched.req_id).ok_or_else(|| {
                 anyhow!(
                     "request {} is scheduled but unknown to the runner",

@@ -276,11 +276,7 @@ impl Executor for SimulatedExecutor {
             // are, then the token sampled after them.
             tokens.clear();
             if let Some(spec) = &self.speculation {
-                let drafts = so
-                    .scheduled_spec_decode_tokens
-                    .iter()
-                    .find(|(id, _)| *id == s.req_id)
-                    .map_or(&[][..], |(_, d)| &d[..]);
+                let drafts = so.spec_tokens_of(&s.req_id);
                 if let Some(req) = self.reqs.get_mut(&s.req_id) {
                     let a = spec.accepted(drafts.len(), &mut req.rng);
                     tokens.extend_from_slice(&drafts[..a]);

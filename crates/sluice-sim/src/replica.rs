@@ -230,11 +230,7 @@ impl Replica {
                 // then the token sampled after them.
                 let accepted = match &self.speculation {
                     Some((spec, seed)) => {
-                        let drafts = out
-                            .scheduled_spec_decode_tokens
-                            .iter()
-                            .find(|(id, _)| *id == s.req_id)
-                            .map_or(0, |(_, d)| d.len());
+                        let drafts = out.spec_tokens_of(&s.req_id).len();
                         spec.accepted(drafts, &mut verification_rng(*seed, request, done))
                     }
                     None => 0,

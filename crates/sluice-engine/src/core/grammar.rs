@@ -82,11 +82,7 @@ impl EngineCore {
             };
             // One row per sampled position: after the known tokens, then
             // after each draft (accepted for the mask, rolled back after).
-            let drafts = sched_out
-                .scheduled_spec_decode_tokens
-                .iter()
-                .find(|(id, _)| *id == s.req_id)
-                .map_or(&[][..], |(_, d)| &d[..]);
+            let drafts = sched_out.spec_tokens_of(&s.req_id);
             let stops = &child.grammar_stop_ids;
             let mut advanced = 0;
             for i in 0..=drafts.len() {

@@ -334,7 +334,9 @@ impl SuffixTree {
     /// Removes sequence `seq` and every count it contributed (a no-op for
     /// an unknown one).
     pub fn remove(&mut self, seq: SeqId) {
-        let Some(tokens) = self.seqs.get(&seq).cloned() else {
+        // Taken out now: the walk below reads only counts, lengths and
+        // endpoints, never the removed sequence's tokens.
+        let Some(tokens) = self.seqs.remove(&seq) else {
             return;
         };
         let mut path: Vec<NodeId> = Vec::new();
@@ -382,7 +384,6 @@ impl SuffixTree {
             }
             self.repoint_path(seq, node, &path);
         }
-        self.seqs.remove(&seq);
         self.active.remove(&seq);
     }
 

@@ -21,15 +21,7 @@
 use super::state::RequestState;
 use crate::sampling::apply_token_bitmask;
 use anyhow::{bail, Result};
-use sluice_core::{SampleLogprobs, SchedulerOutput, TokenId};
-
-/// The drafts scheduled for `req_id` this step (empty when none).
-pub(super) fn drafts_of<'a>(so: &'a SchedulerOutput, req_id: &str) -> &'a [TokenId] {
-    so.scheduled_spec_decode_tokens
-        .iter()
-        .find(|(id, _)| &**id == req_id)
-        .map_or(&[][..], |(_, d)| &d[..])
-}
+use sluice_core::{SampleLogprobs, TokenId};
 
 /// Checks that the step's span `start..end` of a request with `known`
 /// tokens is one the runner can build: within the known tokens, or, with
