@@ -347,7 +347,7 @@ fn scheduler_config(
     exec: &ModelExecutor,
 ) -> SchedulerConfig {
     let spec = args.speculative_config.as_ref();
-    SchedulerConfig {
+    let mut cfg = SchedulerConfig {
         block_size: args.block_size,
         num_gpu_blocks: num_blocks,
         max_model_len,
@@ -355,10 +355,12 @@ fn scheduler_config(
         max_num_batched_tokens: args.max_num_batched_tokens.max(max_conc),
         enable_prefix_caching: false,
         kv_cache_groups: exec.runner().kv_cache_groups(),
-        num_lookahead_tokens: spec.map_or(0, |s| s.num_lookahead_tokens()),
-        num_speculative_tokens: spec.map_or(0, |s| s.num_speculative_tokens),
         ..SchedulerConfig::default()
+    };
+    if let Some(s) = spec {
+        s.apply_to(&mut cfg);
     }
+    cfg
 }
 
 fn bench(args: &BenchModelArgs) -> Result<()> {

@@ -507,7 +507,7 @@ fn prepare(
         }
         (None, None) => anyhow::bail!("internal: no model loaded"),
     };
-    let scheduler = SchedulerConfig {
+    let mut scheduler = SchedulerConfig {
         max_num_seqs: sched.max_num_seqs,
         max_num_batched_tokens,
         max_model_len,
@@ -518,16 +518,11 @@ fn prepare(
         policy: sched.scheduling_policy,
         prefix_caching_hash_algo: sched.prefix_caching_hash_algo,
         hash_seed: hash_seed_from_env().map_err(bad_config)?,
-        num_lookahead_tokens: model
-            .speculative_config
-            .as_ref()
-            .map_or(0, SpeculativeConfig::num_lookahead_tokens),
-        num_speculative_tokens: model
-            .speculative_config
-            .as_ref()
-            .map_or(0, |s| s.num_speculative_tokens),
         ..SchedulerConfig::default()
     };
+    if let Some(s) = &model.speculative_config {
+        s.apply_to(&mut scheduler);
+    }
     let config =
         EngineConfig::new(scheduler).with_model_eos(&tokenizer, &generation_config.eos_token_ids);
     let blocks = kv_layout(sched, kv_dtype);

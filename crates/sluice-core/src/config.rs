@@ -69,6 +69,12 @@ pub struct SchedulerConfig {
     /// default, without one. Drafts themselves come from the executor
     /// (`Executor::take_draft_token_ids`).
     pub num_draft_slots: usize,
+    /// Pad a request admitted with exactly one token to compute to
+    /// `1 + num_speculative_tokens` rows of placeholder drafts
+    /// (`PLACEHOLDER_TOKEN_ID`), as vLLM 0.33 does with a fixed
+    /// `num_speculative_tokens` (no per-batch-size schedule) so that its
+    /// decode batches keep one shape; the placeholders are always rejected.
+    pub pad_spec_decode: bool,
     pub block_size: usize,
     /// The whole pool, null block included.
     pub num_gpu_blocks: usize,
@@ -111,6 +117,7 @@ impl Default for SchedulerConfig {
             num_lookahead_tokens: 0,
             num_speculative_tokens: 0,
             num_draft_slots: 0,
+            pad_spec_decode: false,
             block_size: 16,
             num_gpu_blocks: 4096,
             enable_prefix_caching: true,

@@ -30,6 +30,7 @@ pub mod step_record;
 pub mod step_shape;
 pub mod trace;
 mod trace_groups;
+pub mod trace_speculative;
 mod update;
 
 pub use block_hash::{BlockHash, BlockHasher, HashAlgo};
@@ -39,6 +40,7 @@ pub use executor::Executor;
 pub use output::{
     CachedRequestData, DraftTokenIds, EngineCoreOutput, GrammarBitmask, ModelRunnerOutput,
     NewRequestData, ReqHandle, SampleLogprobs, ScheduledRequest, SchedulerOutput, TokenLogprob,
+    PLACEHOLDER_TOKEN_ID,
 };
 pub use request::{
     BlockId, FinishReason, NewRequest, Request, RequestId, RequestStatus, StopReason, TokenId,

@@ -235,14 +235,31 @@ impl GrammarBitmask {
     }
 }
 
+/// A scheduled draft that no drafter proposed: vLLM pads a request admitted
+/// with one token left to the uniform `1 + k` rows of a speculative decode
+/// step with these (`-1` in vLLM and in decision logs). One never matches a
+/// sampled token, so it and every row after it are rejected.
+pub const PLACEHOLDER_TOKEN_ID: TokenId = TokenId::MAX;
+
 impl SchedulerOutput {
-    /// The drafts scheduled for `req_id` to verify (empty when none; a
-    /// scan of the few requests that have drafts).
+    /// The drafts scheduled for `req_id` to verify, placeholders included
+    /// (empty when none; a scan of the few requests that have drafts).
     pub fn spec_tokens_of(&self, req_id: &str) -> &[TokenId] {
         self.scheduled_spec_decode_tokens
             .iter()
             .find(|(id, _)| &**id == req_id)
             .map_or(&[][..], |(_, d)| &d[..])
+    }
+
+    /// The proposed drafts scheduled for `req_id`: `spec_tokens_of` up to
+    /// its first placeholder, the most that verification can accept.
+    pub fn proposed_drafts_of(&self, req_id: &str) -> &[TokenId] {
+        let d = self.spec_tokens_of(req_id);
+        let n = d
+            .iter()
+            .position(|&t| t == PLACEHOLDER_TOKEN_ID)
+            .unwrap_or(d.len());
+        &d[..n]
     }
 
     /// Tokens scheduled for `req_id` (a linear scan; for tests and tools).

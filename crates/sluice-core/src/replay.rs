@@ -4,7 +4,8 @@
 //! The step loop: arrivals (listed order), aborts (listed order, one call
 //! each), `schedule()`, the scripted model (every request whose computed
 //! tokens reach its known tokens samples its next `output` entry),
-//! `update_from_output()`, then the step's record.
+//! `update_from_output()`, the scripted drafts of the requests that sampled
+//! (speculative decoding), then the step's record.
 //!
 //! With KV cache events on (`Replayer::with_options`), the events the
 //! scheduler queued during a step are what `take_kv_cache_events` returns
@@ -12,7 +13,7 @@
 //! and aborts before `schedule()` free blocks without evicting any.
 
 use crate::kv_events::KvCacheEvent;
-use crate::output::{ModelRunnerOutput, SchedulerOutput};
+use crate::output::{ModelRunnerOutput, SchedulerOutput, PLACEHOLDER_TOKEN_ID};
 use crate::request::{BlockId, FinishReason, NewRequest, RequestId, RequestStatus};
 use crate::sampling_params::SamplingParams;
 use crate::scheduler::Scheduler;
@@ -38,6 +39,11 @@ pub struct StepRecord {
     /// The trace names its KV cache groups: `new_blocks` is written as one
     /// list per group (otherwise as group 0's list alone).
     pub grouped: bool,
+    /// Per request, the drafts scheduled for verification
+    /// (`scheduled_spec_decode_tokens`), placeholders as `-1`.
+    pub spec_tokens: Vec<(RequestId, Vec<i64>)>,
+    /// The trace has `speculative_config`: `spec_tokens` is written.
+    pub speculative: bool,
 }
 
 fn push_blocks(o: &mut String, blocks: &[BlockId]) {
@@ -127,6 +133,19 @@ impl StepRecord {
             }
             o.push(']');
         });
+        if self.speculative {
+            o.push_str(", \"spec_tokens\": ");
+            push_map(&mut o, &self.spec_tokens, |o, tokens| {
+                o.push('[');
+                for (i, t) in tokens.iter().enumerate() {
+                    if i > 0 {
+                        o.push_str(", ");
+                    }
+                    let _ = write!(o, "{t}");
+                }
+                o.push(']');
+            });
+        }
         o.push('}');
         o
     }
@@ -152,6 +171,9 @@ pub struct Replayer {
     step: u64,
     last_arrival: Option<u64>,
     outputs: HashMap<String, usize>,
+    /// Per request (trace order), the steps in which it sampled so far:
+    /// the index of the drafts it proposes next.
+    samples: Vec<usize>,
 }
 
 /// Why a replay could not continue (a trace error the parser cannot see).
@@ -220,7 +242,9 @@ impl Replayer {
             .enumerate()
             .map(|(i, r)| (r.id.clone(), i))
             .collect();
+        let samples = vec![0; trace.requests.len()];
         Ok(Replayer {
+            samples,
             last_arrival: arrivals.last().map(|&(s, _)| s),
             arrivals,
             next_arrival: 0,
@@ -304,6 +328,9 @@ impl Replayer {
         let t2 = Instant::now();
         let engine_outs = self.scheduler.update_from_output(&out, &runner_out);
         let t3 = Instant::now();
+        if self.scheduler.config().num_speculative_tokens > 0 {
+            self.propose_drafts(&out, &runner_out);
+        }
         if let Some(t) = timing {
             *t = StepTiming {
                 step,
@@ -321,8 +348,28 @@ impl Replayer {
         Ok(record.then(|| self.record(step, &out, finished)))
     }
 
+    /// The scripted drafter: every request that sampled this step proposes
+    /// its next scripted drafts (none once they run out), handed to the
+    /// scheduler as vLLM's engine does after `update_from_output()`.
+    fn propose_drafts(&mut self, out: &SchedulerOutput, runner_out: &ModelRunnerOutput) {
+        let mut drafts = Vec::new();
+        for (index, s) in out.num_scheduled_tokens.iter().enumerate() {
+            if runner_out.sampled(index).is_empty() {
+                continue;
+            }
+            let i = self.outputs[&*s.req_id];
+            let j = self.samples[i];
+            self.samples[i] += 1;
+            let proposed = self.trace.requests[i].drafts.get(j).cloned();
+            drafts.push((s.req_id.clone(), proposed.unwrap_or_default()));
+        }
+        self.scheduler.update_draft_token_ids(&drafts);
+    }
+
     /// The scripted model: a request whose computed tokens (after this
-    /// step's) reach all its known tokens samples its next scripted output.
+    /// step's) reach all its known tokens samples its next scripted output;
+    /// with drafts scheduled, the target accepts the longest run of them
+    /// that equals its next outputs and samples the output after that run.
     fn scripted_model(&self, out: &SchedulerOutput) -> Result<ModelRunnerOutput, ReplayError> {
         let mut mro = ModelRunnerOutput::with_capacity(out.num_scheduled_tokens.len());
         for s in &out.num_scheduled_tokens {
@@ -333,14 +380,21 @@ impl Replayer {
             if req.num_computed_tokens() >= req.num_tokens() {
                 let k = req.num_output_tokens();
                 let script = &self.trace.requests[self.outputs[&*s.req_id]].output;
-                let Some(&tok) = script.get(k) else {
+                if script.get(k).is_none() {
                     return Err(ReplayError(format!(
                         "request {} needs output[{k}] but only {} outputs are scripted",
                         s.req_id,
                         script.len()
                     )));
-                };
-                mro.push(&[tok]);
+                }
+                let drafts = out.spec_tokens_of(&s.req_id);
+                let accepted = drafts
+                    .iter()
+                    .zip(&script[k..])
+                    .take_while(|(d, o)| d == o)
+                    .count()
+                    .min(script.len() - k - 1);
+                mro.push(&script[k..=k + accepted]);
             } else {
                 mro.push(&[]);
             }
@@ -366,6 +420,21 @@ impl Replayer {
             finished,
             free_blocks: self.scheduler.kv.num_free_blocks(),
             grouped: self.trace.grouped,
+            speculative: self.trace.config.num_speculative_tokens > 0,
+            spec_tokens: out
+                .scheduled_spec_decode_tokens
+                .iter()
+                .map(|(id, d)| {
+                    let d = d.iter().map(|&t| {
+                        if t == PLACEHOLDER_TOKEN_ID {
+                            -1
+                        } else {
+                            i64::from(t)
+                        }
+                    });
+                    (id.clone(), d.collect())
+                })
+                .collect(),
             ..StepRecord::default()
         };
         // Each group's entries past the prefix hit are this step's fresh

@@ -85,6 +85,9 @@ pub struct TraceRequest {
     pub eos_token_id: Option<u32>,
     pub ignore_eos: bool,
     pub stop_token_ids: Vec<u32>,
+    /// Entry `j`: the drafts proposed right after the request's `j`-th
+    /// sampling step (speculative decoding; empty without it).
+    pub drafts: Vec<Vec<u32>>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -276,7 +279,7 @@ impl Trace {
             prefix_caching,
         )?;
         let grouped = groups.is_some();
-        let config = SchedulerConfig {
+        let mut config = SchedulerConfig {
             block_size,
             num_gpu_blocks: usize_of(c.uint("num_gpu_blocks", None)?),
             max_num_batched_tokens: usize_of(c.uint("max_num_batched_tokens", None)?),
@@ -301,6 +304,10 @@ impl Trace {
                 .unwrap_or_else(|| vec![crate::kv_cache::KvCacheGroupSpec::FULL]),
             ..SchedulerConfig::default()
         };
+        crate::trace_speculative::apply_speculative_config(
+            c.get("speculative_config"),
+            &mut config,
+        )?;
         config
             .validate_basic()
             .map_err(|e: FieldError| TraceError {
@@ -435,6 +442,12 @@ fn parse_request(i: usize, v: &Value, cfg: &SchedulerConfig) -> Result<TraceRequ
         eos_token_id,
         ignore_eos: r.boolean("ignore_eos", false)?,
         stop_token_ids: r.tokens("stop_token_ids", false, MAX_STOP_TOKEN_IDS)?,
+        drafts: crate::trace_speculative::parse_drafts(
+            r.field_path("drafts"),
+            r.get("drafts"),
+            cfg,
+            max_tokens,
+        )?,
     })
 }
 

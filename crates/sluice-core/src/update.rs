@@ -72,7 +72,11 @@ impl Scheduler {
                     break;
                 }
             }
-            if spec.is_some() && !sampled.is_empty() && status_before == RequestStatus::Running {
+            // As vLLM, with speculative decoding on, the blocks the accepted
+            // tokens filled are cached now (scheduling cached only up to the
+            // tokens known then).
+            let speculative = spec.is_some() || self.config.num_speculative_tokens > 0;
+            if speculative && !sampled.is_empty() && status_before == RequestStatus::Running {
                 let computed = req.num_computed_tokens;
                 let req = self.slots[slot as usize].req.as_ref().expect("live slot");
                 self.kv.cache_blocks(slot as usize, req, computed);

@@ -88,6 +88,31 @@ fn every_hybrid_golden_trace_replays_block_equivalent() {
     );
 }
 
+/// The speculative-decoding traces (`tests/data/traces/speculative/`:
+/// scripted drafts per request, accepted as far as they equal the scripted
+/// outputs), block for block, the scheduled drafts of every step included.
+#[test]
+fn every_speculative_golden_trace_replays_block_equivalent() {
+    let dir = data_dir().join("speculative");
+    let names = names_in(&dir);
+    assert!(
+        names.len() >= 20,
+        "expected the speculative golden traces, found {}",
+        names.len()
+    );
+    let failures: Vec<String> = names
+        .iter()
+        .filter_map(|n| compare_in(&dir, n).err())
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} of {} speculative traces differ from vLLM:\n{}",
+        failures.len(),
+        names.len(),
+        failures.join("\n")
+    );
+}
+
 #[test]
 fn every_golden_trace_replays_block_equivalent() {
     let names = golden_names();

@@ -57,14 +57,16 @@ const MAX_MODEL_LEN: usize = 176;
 fn start(spec: Option<&SpeculativeConfig>, num_blocks: usize) -> Engine {
     let loaded = loaded();
     let tokenizer = tokenizer();
-    let sc = SchedulerConfig {
+    let mut sc = SchedulerConfig {
         max_num_seqs: 8,
         max_num_batched_tokens: 256,
         max_model_len: MAX_MODEL_LEN,
         block_size: 16,
-        num_lookahead_tokens: spec.map_or(0, SpeculativeConfig::num_lookahead_tokens),
         ..SchedulerConfig::default()
     };
+    if let Some(s) = spec {
+        s.apply_to(&mut sc);
+    }
     let config =
         EngineConfig::new(sc).with_model_eos(&tokenizer, &loaded.generation_config.eos_token_ids);
     let mut exec = ModelExecutor::with_layout(
@@ -144,6 +146,20 @@ fn request(tokenizer: &Tokenizer, user: &str, params: SamplingParams) -> Generat
     GenerateRequest::new(tokenizer.encode(&chat(user), true).unwrap(), params)
 }
 
+/// A prompt of 16·m + 1 tokens. Run a second time, the prefix cache holds
+/// all of it but the last token, and the scheduler (as vLLM's) pads that one
+/// token with placeholder drafts, which the runner must reject.
+fn one_past_a_block(tokenizer: &Tokenizer) -> GenerateRequest {
+    let mut user = String::from("Say la:");
+    loop {
+        let ids = tokenizer.encode(&chat(&user), true).unwrap();
+        if ids.len() % 16 == 1 {
+            return GenerateRequest::new(ids, SamplingParams::greedy(24));
+        }
+        user.push_str(" la");
+    }
+}
+
 /// Each method; the draft model is SmolLM2 itself (the same file).
 fn methods() -> Vec<(&'static str, SpeculativeConfig)> {
     let draft = format!(
@@ -209,8 +225,11 @@ async fn every_method_keeps_every_completion() {
             format: JsonFormat::pattern(String::new()),
         }),
     ];
-    // The same code edit again: its prompt is in the prefix cache.
-    let after = vec![request(&tok, CODE, greedy(64))];
+    let mut reqs = reqs;
+    reqs.push(one_past_a_block(&tok));
+    // The same code edit again: its prompt is in the prefix cache; and the
+    // prompt of one token past a block, padded with placeholder drafts.
+    let after = vec![request(&tok, CODE, greedy(64)), one_past_a_block(&tok)];
     let (want, plain) = run(None, 256, &reqs, &after).await;
     assert_eq!(plain.spec_decode_num_drafts, 0);
     assert!(plain.prefix_cache_hits > 0, "the second wave hit the cache");

@@ -51,7 +51,9 @@ use crate::model::{ForwardBatch, LoadedModel, Model};
 use crate::sampling::{prompt_logprobs, RequestSampler};
 use anyhow::{anyhow, bail, Result};
 use sluice_core::output::PromptLogprobs;
-use sluice_core::{ModelRunnerOutput, RequestId, SampleLogprobs, SchedulerOutput, TokenId};
+use sluice_core::{
+    ModelRunnerOutput, RequestId, SampleLogprobs, SchedulerOutput, TokenId, PLACEHOLDER_TOKEN_ID,
+};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -336,7 +338,15 @@ impl<B: ForwardBackend> ModelRunner<B> {
                 self.draft_inputs.clear();
                 self.draft_inputs
                     .extend_from_slice(&state.token_ids[start..]);
-                self.draft_inputs.extend_from_slice(drafts);
+                // A placeholder row (vLLM's padding) computes any token: it
+                // is rejected whatever the row gives.
+                self.draft_inputs.extend(drafts.iter().map(|&d| {
+                    if d == PLACEHOLDER_TOKEN_ID {
+                        0
+                    } else {
+                        d
+                    }
+                }));
                 &self.draft_inputs[..]
             };
             let first_row = self

@@ -276,7 +276,7 @@ impl Executor for SimulatedExecutor {
             // are, then the token sampled after them.
             tokens.clear();
             if let Some(spec) = &self.speculation {
-                let drafts = so.spec_tokens_of(&s.req_id);
+                let drafts = so.proposed_drafts_of(&s.req_id);
                 if let Some(req) = self.reqs.get_mut(&s.req_id) {
                     let a = spec.accepted(drafts.len(), &mut req.rng);
                     tokens.extend_from_slice(&drafts[..a]);

@@ -230,7 +230,7 @@ impl Replica {
                 // then the token sampled after them.
                 let accepted = match &self.speculation {
                     Some((spec, seed)) => {
-                        let drafts = out.spec_tokens_of(&s.req_id).len();
+                        let drafts = out.proposed_drafts_of(&s.req_id).len();
                         spec.accepted(drafts, &mut verification_rng(*seed, request, done))
                     }
                     None => 0,

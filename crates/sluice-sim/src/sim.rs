@@ -691,6 +691,7 @@ impl SimResult {
                 eos_token_id: None,
                 ignore_eos: true,
                 stop_token_ids: Vec::new(),
+                drafts: Vec::new(),
             })
             .collect();
         Trace {

@@ -172,6 +172,7 @@ fn replay_style_arrivals_make_replays_decisions() {
             eos_token_id: None,
             ignore_eos: true,
             stop_token_ids: Vec::new(),
+            drafts: Vec::new(),
         })
         .collect();
     let by_step: Vec<SimRequest> = reqs

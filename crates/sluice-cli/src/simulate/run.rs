@@ -302,8 +302,7 @@ pub(super) fn simulate(
     }
     let mut config = setup.config.clone();
     if let Some(spec) = &args.speculative_config {
-        config.num_lookahead_tokens = spec.num_lookahead_tokens();
-        config.num_speculative_tokens = spec.num_speculative_tokens;
+        spec.apply_to(&mut config);
     }
     let mut sim = Simulator::new(config, &*setup.model).with_max_concurrency(args.max_concurrency);
     if let Some(spec) = &args.speculative_config {

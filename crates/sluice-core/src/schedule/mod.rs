@@ -39,6 +39,9 @@ pub(crate) struct StepScratch {
     hit_blocks: ComputedBlocks,
     skipped: VecDeque<u32>,
     spec: Vec<(u32, Vec<TokenId>)>,
+    /// A running request continuing its prefill was scheduled this step
+    /// (vLLM's `prefill_scheduled`): no placeholder padding then.
+    prefill_scheduled: bool,
 }
 
 /// What is left of a step's budgets, and the per-step limits every pass
@@ -91,6 +94,7 @@ impl Scheduler {
         s.new_reqs.clear();
         s.resumed_reqs.clear();
         s.spec.clear();
+        s.prefill_scheduled = false;
         let mut budget = Budget::for_step(self);
         let preempted_before = self.preempted_req_ids.len();
 

@@ -34,6 +34,10 @@ impl Scheduler {
                 continue;
             };
             s.running_scheduled.push((slot, k));
+            s.prefill_scheduled |= self.slots[slot as usize]
+                .req
+                .as_ref()
+                .is_some_and(|r| r.is_prefill_chunk);
             s.scheduled.push((slot, n));
             b.token -= n;
             b.input -= n + b.draft_slots;

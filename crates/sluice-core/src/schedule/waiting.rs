@@ -1,12 +1,14 @@
 //! The waiting pass of `schedule()`, run only in a step that preempted
 //! nobody: waiting requests are admitted in the policy's queue order while
 //! the budgets, `max_num_seqs` and the KV pool allow — a prefix-cache
-//! lookup, the full-sequence admission gate, then their first chunk. Any
+//! lookup, the full-sequence admission gate, then their first chunk (or,
+//! with speculative decoding, one token padded with placeholder drafts). Any
 //! failure to fit ends the pass (head-of-line blocking); waiting never
 //! preempts.
 
 use super::{Budget, StepScratch};
 use crate::kv_cache::SlotRequest;
+use crate::output::PLACEHOLDER_TOKEN_ID;
 use crate::request::RequestStatus;
 use crate::scheduler::Scheduler;
 
@@ -57,6 +59,27 @@ impl Scheduler {
             // num_tokens, not the prompt: a resumed request recomputes its
             // outputs too.
             let mut n = req.num_tokens() - computed;
+            // vLLM pads a request with one token left (all but its last
+            // token found in the prefix cache) to a decode step's uniform
+            // 1 + k rows, when no running prefill shares the step, something
+            // else runs in it or the request has computed tokens, and there
+            // is room for the padded rows plus the sampled token.
+            let k = self.config.num_speculative_tokens;
+            let mut pad = false;
+            if self.config.pad_spec_decode
+                && k > 0
+                && n == 1
+                && !s.prefill_scheduled
+                && (!s.running_scheduled.is_empty() || computed > 0)
+                && computed + 1 + k < self.config.max_model_len
+            {
+                if 1 + k > cap {
+                    // vLLM would rather not schedule it than unpadded.
+                    break;
+                }
+                n = 1 + k;
+                pad = true;
+            }
             if b.threshold > 0 && b.threshold < n {
                 n = b.threshold;
             }
@@ -98,6 +121,9 @@ impl Scheduler {
             req.num_computed_tokens = computed;
             req.num_external_computed_tokens = 0;
             s.scheduled.push((slot, n));
+            if pad && n > 1 {
+                s.spec.push((slot, vec![PLACEHOLDER_TOKEN_ID; n - 1]));
+            }
             b.token -= n;
             b.input -= n + b.draft_slots;
         }

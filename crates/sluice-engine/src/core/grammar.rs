@@ -5,7 +5,9 @@
 //! advanced by every token it is given after.
 
 use super::EngineCore;
-use sluice_core::{EngineCoreOutput, FinishReason, GrammarBitmask, SchedulerOutput, TokenId};
+use sluice_core::{
+    EngineCoreOutput, FinishReason, GrammarBitmask, SchedulerOutput, TokenId, PLACEHOLDER_TOKEN_ID,
+};
 use std::time::Instant;
 
 impl EngineCore {
@@ -99,7 +101,7 @@ impl EngineCore {
                     // The drafts were validated when they were proposed; a
                     // refused one leaves the rows after it at this state
                     // (its own row cannot sample it, so none of them is used).
-                    if advanced == i && m.accept_token(d) {
+                    if advanced == i && d != PLACEHOLDER_TOKEN_ID && m.accept_token(d) {
                         advanced += 1;
                     }
                 }

@@ -290,6 +290,24 @@ impl SpeculativeConfig {
         }
     }
 
+    /// Input-budget slots each scheduled request reserves for drafting
+    /// (vLLM's `max_num_new_slots_for_drafting`): a draft model keeps one
+    /// unsliced input token; n-gram and suffix proposals take none.
+    pub fn num_draft_slots(&self) -> usize {
+        usize::from(matches!(self.method, SpeculativeMethod::DraftModel { .. }))
+    }
+
+    /// The scheduler's share of this configuration, as vLLM 0.33 derives
+    /// it: k, the lookahead and draft slots, and the placeholder padding of
+    /// a request admitted with one token left (on with a fixed k, off with
+    /// a per-batch-size schedule).
+    pub fn apply_to(&self, cfg: &mut sluice_core::SchedulerConfig) {
+        cfg.num_speculative_tokens = self.num_speculative_tokens;
+        cfg.num_lookahead_tokens = self.num_lookahead_tokens();
+        cfg.num_draft_slots = self.num_draft_slots();
+        cfg.pad_spec_decode = self.per_batch_size.is_none();
+    }
+
     /// k for each batch size 0..=max_num_seqs (the number of requests a
     /// step ran), as vLLM's dense schedule: ranges as given, gaps and the
     /// tail carry the previous range's k, never above k.

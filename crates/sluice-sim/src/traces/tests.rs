@@ -51,6 +51,7 @@ fn replay_output_len_follows_the_stop_rule() {
         eos_token_id: Some(2),
         ignore_eos: false,
         stop_token_ids: vec![13],
+        drafts: Vec::new(),
     };
     // EOS at output[2]; min_tokens is not the scheduler's.
     assert_eq!(replay_output_len(&r, 100), 3);
