@@ -143,7 +143,10 @@ async fn dropping_streams_frees_the_model_runner_blocks() {
     for _ in 0..2_000 {
         let s = engine.stats();
         if s.kv_cache_usage == 0.0 && s.num_running_reqs == 0 && s.num_waiting_reqs == 0 {
-            assert_eq!(s.finished.abort, 6);
+            // A fast machine may finish one (EOS) before its stream drops.
+            let f = s.finished;
+            assert_eq!(f.abort + f.stop + f.length, 6, "{f:?}");
+            assert!(f.abort >= 1, "no request was aborted by its dropped stream: {f:?}");
             return;
         }
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
