@@ -73,7 +73,8 @@ pub fn simulated_shape(
 /// each layer slot of a KV cache group grouped under `grouping`), at most
 /// `MAX_SIMULATED_KV_BLOCKS`. A fitted or table profile without a
 /// hardware section has no memory to size from: `--num-gpu-blocks-override`
-/// must say. Returns the blocks and a line saying how they were sized.
+/// must say; a table measured by `bench-model --profile` gives the cache
+/// its runner had. Returns the blocks and a line saying how they were sized.
 pub fn simulated_kv_blocks(
     profile: &sluice_sim::Profile,
     shape: &LayeredShape,
@@ -82,6 +83,18 @@ pub fn simulated_kv_blocks(
     gpu_memory_utilization: f64,
     block_size: usize,
 ) -> Result<(usize, String)> {
+    if let Some(kv) = profile.measured_kv_cache() {
+        // A measured table knows the cache its runner had.
+        let blocks = kv.blocks_of(block_size);
+        return Ok((
+            blocks,
+            format!(
+                "{blocks} KV blocks of {block_size} tokens (the measured runner's cache: {} \
+                 blocks of {})",
+                kv.num_blocks, kv.block_size
+            ),
+        ));
+    }
     let hardware = match (profile.hardware(), profile.memory_bytes()) {
         (Some(hw), _) => *hw,
         // Memory without a hardware section: no activation reserve known.

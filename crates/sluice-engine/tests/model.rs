@@ -146,7 +146,10 @@ async fn dropping_streams_frees_the_model_runner_blocks() {
             // A fast machine may finish one (EOS) before its stream drops.
             let f = s.finished;
             assert_eq!(f.abort + f.stop + f.length, 6, "{f:?}");
-            assert!(f.abort >= 1, "no request was aborted by its dropped stream: {f:?}");
+            assert!(
+                f.abort >= 1,
+                "no request was aborted by its dropped stream: {f:?}"
+            );
             return;
         }
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;

@@ -67,7 +67,7 @@ pub use executor::SimulatedExecutor;
 pub use fit::{fit, FitOptions, FitReport, FittedModel};
 pub use lengths::LengthDist;
 pub use metrics::SimReport;
-pub use profile::Profile;
+pub use profile::{MeasuredKvCache, MeasuredOn, Profile};
 pub use roofline::{num_gpu_blocks, Hardware, KvCacheDtype, LayeredShape, ModelShape, Roofline};
 pub use router::{ReplicaView, RouteRequest, Router, RouterKind};
 pub use sim::{PdConfig, RequestTimeline, SimError, SimRequest, SimResult, Simulator};

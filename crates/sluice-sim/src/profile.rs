@@ -34,6 +34,9 @@ impl<T: StepTimeModel + ?Sized> StepTimeModel for Box<T> {
     fn step_time(&self, step: &StepShape) -> f64 {
         (**self).step_time(step)
     }
+    fn outside_range(&self, step: &StepShape) -> bool {
+        (**self).outside_range(step)
+    }
 }
 
 /// A roofline profile: hardware parameters.
@@ -152,7 +155,45 @@ pub struct TableProfile {
     pub tensor_parallel: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_bytes: Option<f64>,
+    /// The KV cache of the runner that was measured: the simulator sizes
+    /// its cache from it, so no `--num-gpu-blocks-override` is needed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_cache: Option<MeasuredKvCache>,
+    /// The model, machine and settings the table was measured with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_on: Option<MeasuredOn>,
     pub table: TableModel,
+}
+
+/// A measured runner's KV cache: `num_blocks` blocks of `block_size`
+/// tokens (the whole pool, null block included, as `num_gpu_blocks`).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MeasuredKvCache {
+    pub num_blocks: usize,
+    pub block_size: usize,
+}
+
+impl MeasuredKvCache {
+    /// The same cache in blocks of `block_size` tokens (whole blocks).
+    pub fn blocks_of(&self, block_size: usize) -> usize {
+        (self.num_blocks * self.block_size) / block_size.max(1)
+    }
+}
+
+/// Where a table was measured.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MeasuredOn {
+    /// The model as given (a path or a built-in shape) and its weights.
+    pub model: String,
+    /// The CPU's model name and the instruction sets the kernels used.
+    pub cpu: String,
+    pub threads: usize,
+    /// Repeats per grid point (each point's time is their median).
+    pub repeats: usize,
+    /// Seconds the whole measurement took.
+    pub cost_s: f64,
 }
 
 /// A step-time profile ([module docs](self)).
@@ -313,6 +354,14 @@ impl Profile {
             Profile::Roofline(p) => Some(p.hardware.memory_bytes),
             Profile::Fitted(p) => p.memory_bytes,
             Profile::Table(p) => p.memory_bytes,
+        }
+    }
+
+    /// The KV cache a table profile was measured with.
+    pub fn measured_kv_cache(&self) -> Option<MeasuredKvCache> {
+        match self {
+            Profile::Table(p) => p.kv_cache,
+            _ => None,
         }
     }
 

@@ -208,12 +208,10 @@ impl Replica {
         let scheduler = &mut self.scheduler;
         let out = scheduler.schedule();
         let shape = StepShape::from_output(&out, scheduler);
-        let dt = if out.total_num_scheduled_tokens == 0 {
-            // Nothing runs: no forward pass, no time.
-            0.0
-        } else {
-            model.step_time(&shape)
-        };
+        let ran = out.total_num_scheduled_tokens > 0;
+        // Nothing runs: no forward pass, no time.
+        let dt = if ran { model.step_time(&shape) } else { 0.0 };
+        let outside_profile = ran && model.outside_range(&shape);
         if !dt.is_finite() || dt < 0.0 {
             return Err(SimError::BadStepTime(dt));
         }
@@ -261,6 +259,7 @@ impl Replica {
             num_running,
             num_waiting,
             kv_usage: scheduler.kv_cache_usage(),
+            outside_profile,
             scheduled: if record_schedule {
                 out.num_scheduled_tokens
                     .iter()

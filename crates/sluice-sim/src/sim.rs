@@ -134,6 +134,9 @@ pub struct StepLog {
     pub preempted: Vec<RequestId>,
     /// Free KV blocks after `update_from_output()` (what replay logs).
     pub free_blocks: usize,
+    /// The step-time model had no measurement around this step's shape
+    /// (`StepTimeModel::outside_range`): its time is extrapolated.
+    pub outside_profile: bool,
 }
 
 /// A finished simulation.

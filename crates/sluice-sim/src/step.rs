@@ -9,11 +9,21 @@ pub use sluice_core::step_shape::{RowShape, ShapeTracker, StepShape};
 pub trait StepTimeModel {
     /// Seconds for the step `step` (forward pass plus fixed overheads).
     fn step_time(&self, step: &StepShape) -> f64;
+
+    /// Whether `step` lies outside the shapes the model was measured on, so
+    /// that its time is extrapolated (a measured table's grid); false for
+    /// models that claim no range.
+    fn outside_range(&self, _step: &StepShape) -> bool {
+        false
+    }
 }
 
 impl<T: StepTimeModel + ?Sized> StepTimeModel for &T {
     fn step_time(&self, step: &StepShape) -> f64 {
         (**self).step_time(step)
+    }
+    fn outside_range(&self, step: &StepShape) -> bool {
+        (**self).outside_range(step)
     }
 }
 

@@ -52,6 +52,10 @@ pub struct PrefillTable {
     pub chunk_tokens: Vec<f64>,
     pub context: Vec<f64>,
     pub time_s: Vec<Vec<f64>>,
+    /// The measurement's spread at each point (seconds between the fastest
+    /// and the slowest repeat), when the table was measured with repeats.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spread_s: Option<Vec<Vec<f64>>>,
 }
 
 /// Decode-only step times over (batch size × mean context).
@@ -61,6 +65,9 @@ pub struct DecodeTable {
     pub batch_size: Vec<f64>,
     pub mean_context: Vec<f64>,
     pub time_s: Vec<Vec<f64>>,
+    /// As [`PrefillTable::spread_s`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spread_s: Option<Vec<Vec<f64>>>,
 }
 
 /// Measured step times, interpolated ([module docs](self)).
@@ -107,12 +114,27 @@ fn check_grid(
     (x_name, x): (&str, &[f64]),
     (y_name, y): (&str, &[f64]),
     time: &[Vec<f64>],
+    spread: Option<&[Vec<f64>]>,
 ) -> Result<(), String> {
     check_axis(&format!("{table}.{x_name}"), x)?;
     check_axis(&format!("{table}.{y_name}"), y)?;
+    check_values(table, "time_s", (x_name, x), (y_name, y), time)?;
+    match spread {
+        Some(s) => check_values(table, "spread_s", (x_name, x), (y_name, y), s),
+        None => Ok(()),
+    }
+}
+
+fn check_values(
+    table: &str,
+    field: &str,
+    (x_name, x): (&str, &[f64]),
+    (y_name, y): (&str, &[f64]),
+    time: &[Vec<f64>],
+) -> Result<(), String> {
     if time.len() != x.len() {
         return Err(format!(
-            "`{table}.time_s`: {} rows, expected {} (one per `{x_name}` value)",
+            "`{table}.{field}`: {} rows, expected {} (one per `{x_name}` value)",
             time.len(),
             x.len()
         ));
@@ -120,7 +142,7 @@ fn check_grid(
     for (i, row) in time.iter().enumerate() {
         if row.len() != y.len() {
             return Err(format!(
-                "`{table}.time_s[{i}]`: {} values, expected {} (one per `{y_name}` value)",
+                "`{table}.{field}[{i}]`: {} values, expected {} (one per `{y_name}` value)",
                 row.len(),
                 y.len()
             ));
@@ -128,7 +150,7 @@ fn check_grid(
         for (j, &v) in row.iter().enumerate() {
             if !(v.is_finite() && v >= 0.0) {
                 return Err(format!(
-                    "`{table}.time_s[{i}][{j}]`: {v}, expected a non-negative number of seconds"
+                    "`{table}.{field}[{i}][{j}]`: {v}, expected a non-negative number of seconds"
                 ));
             }
         }
@@ -170,6 +192,7 @@ impl TableModel {
             ("chunk_tokens", &p.chunk_tokens),
             ("context", &p.context),
             &p.time_s,
+            p.spread_s.as_deref(),
         )?;
         let d = &self.decode;
         check_grid(
@@ -177,6 +200,7 @@ impl TableModel {
             ("batch_size", &d.batch_size),
             ("mean_context", &d.mean_context),
             &d.time_s,
+            d.spread_s.as_deref(),
         )?;
         if !(self.step_overhead_s.is_finite() && self.step_overhead_s >= 0.0) {
             return Err(format!(
@@ -225,23 +249,49 @@ impl TableModel {
     }
 }
 
-impl StepTimeModel for TableModel {
-    fn step_time(&self, step: &StepShape) -> f64 {
-        let (mut p_tokens, mut p_ctx_weighted) = (0.0, 0.0);
-        let (mut d_rows, mut d_ctx) = (0.0, 0.0);
-        for r in &step.rows {
-            let (n, c) = (r.new_tokens as f64, r.context_before as f64);
-            if r.is_decode() {
-                d_rows += 1.0;
-                d_ctx += c + n;
-            } else {
-                p_tokens += n;
-                p_ctx_weighted += n * c;
-            }
+/// A step as the tables see it: its prefill rows as one chunk (tokens,
+/// token-weighted mean cached context) and its decode rows as one batch
+/// (rows, mean context); `None` for a part the step lacks.
+type Lookup = (Option<(f64, f64)>, Option<(f64, f64)>);
+
+fn lookup(step: &StepShape) -> Lookup {
+    let (mut p_tokens, mut p_ctx_weighted) = (0.0, 0.0);
+    let (mut d_rows, mut d_ctx) = (0.0, 0.0);
+    for r in &step.rows {
+        let (n, c) = (r.new_tokens as f64, r.context_before as f64);
+        if r.is_decode() {
+            d_rows += 1.0;
+            d_ctx += c + n;
+        } else {
+            p_tokens += n;
+            p_ctx_weighted += n * c;
         }
-        let prefill =
-            (p_tokens > 0.0).then(|| self.prefill_time(p_tokens, p_ctx_weighted / p_tokens));
-        let decode = (d_rows > 0.0).then(|| self.decode_time(d_rows, d_ctx / d_rows));
+    }
+    (
+        (p_tokens > 0.0).then(|| (p_tokens, p_ctx_weighted / p_tokens)),
+        (d_rows > 0.0).then(|| (d_rows, d_ctx / d_rows)),
+    )
+}
+
+/// `v` lies outside the measured points `axis` (below the first or past
+/// the last).
+fn off_axis(axis: &[f64], v: f64) -> bool {
+    axis.first().is_some_and(|&lo| v < lo) || axis.last().is_some_and(|&hi| v > hi)
+}
+
+impl StepTimeModel for TableModel {
+    fn outside_range(&self, step: &StepShape) -> bool {
+        let (prefill, decode) = lookup(step);
+        let (p, d) = (&self.prefill, &self.decode);
+        prefill.is_some_and(|(n, c)| off_axis(&p.chunk_tokens, n) || off_axis(&p.context, c))
+            || decode
+                .is_some_and(|(n, c)| off_axis(&d.batch_size, n) || off_axis(&d.mean_context, c))
+    }
+
+    fn step_time(&self, step: &StepShape) -> f64 {
+        let (prefill, decode) = lookup(step);
+        let prefill = prefill.map(|(n, c)| self.prefill_time(n, c));
+        let decode = decode.map(|(n, c)| self.decode_time(n, c));
         let t = match (prefill, decode) {
             (Some(p), Some(d)) => p + d - self.step_overhead_s,
             (Some(p), None) => p,
@@ -255,6 +305,127 @@ impl StepTimeModel for TableModel {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::step::RowShape;
+    use proptest::prelude::*;
+
+    /// A table whose times grow along both axes of both tables, from
+    /// increments (so monotone by construction), on the given axes.
+    fn monotone_table(xs: &[f64], ys: &[f64], inc: &[f64]) -> TableModel {
+        let grid = |inc_off: usize| -> Vec<Vec<f64>> {
+            let mut g = vec![vec![0.0; ys.len()]; xs.len()];
+            let mut k = inc_off;
+            for i in 0..xs.len() {
+                for j in 0..ys.len() {
+                    let below: f64 = if i > 0 { g[i - 1][j] } else { 0.001 };
+                    let left = if j > 0 { g[i][j - 1] } else { 0.001 };
+                    g[i][j] = below.max(left) + inc[k % inc.len()];
+                    k += 1;
+                }
+            }
+            g
+        };
+        TableModel {
+            prefill: PrefillTable {
+                chunk_tokens: xs.to_vec(),
+                context: ys.to_vec(),
+                time_s: grid(0),
+                spread_s: None,
+            },
+            decode: DecodeTable {
+                batch_size: xs.to_vec(),
+                mean_context: ys.to_vec(),
+                time_s: grid(3),
+                spread_s: None,
+            },
+            step_overhead_s: 0.0005,
+        }
+    }
+
+    fn axis(v: Vec<f64>) -> Vec<f64> {
+        let mut a: Vec<f64> = Vec::new();
+        let mut x = 0.0;
+        for d in v {
+            x += d;
+            a.push(x);
+        }
+        a
+    }
+
+    proptest! {
+        /// On a grid point the table answers the measured value; between
+        /// points (inside the grid) it never decreases along an axis where
+        /// the measurements do not.
+        #[test]
+        fn exact_on_the_grid_and_monotone_between(
+            dx in proptest::collection::vec(1.0f64..500.0, 1..6),
+            dy in proptest::collection::vec(1.0f64..500.0, 1..6),
+            inc in proptest::collection::vec(0.0f64..0.01, 1..8),
+            probes in proptest::collection::vec((0.0f64..1.0, 0.0f64..1.0, 0.0f64..0.2), 1..20),
+        ) {
+            let (xs, ys) = (axis(dx), axis(dy));
+            let t = monotone_table(&xs, &ys, &inc);
+            for (i, &x) in xs.iter().enumerate() {
+                for (j, &y) in ys.iter().enumerate() {
+                    prop_assert_eq!(t.prefill_time(x, y), t.prefill.time_s[i][j]);
+                    prop_assert_eq!(t.decode_time(x, y), t.decode.time_s[i][j]);
+                }
+            }
+            let (x_hi, y_hi) = (xs[xs.len() - 1], ys[ys.len() - 1]);
+            for (fx, fy, step) in probes {
+                let (x, y) = (fx * x_hi, fy * y_hi);
+                // Within the grid (beyond it the linear extrapolation of
+                // each axis may cross: those steps are flagged instead).
+                let (x2, y2) = ((x + step * x_hi).min(x_hi), (y + step * y_hi).min(y_hi));
+                let eps = 1e-12;
+                prop_assert!(t.prefill_time(x2, y) + eps >= t.prefill_time(x, y));
+                prop_assert!(t.prefill_time(x, y2) + eps >= t.prefill_time(x, y));
+                prop_assert!(t.decode_time(x2, y) + eps >= t.decode_time(x, y));
+                prop_assert!(t.decode_time(x, y2) + eps >= t.decode_time(x, y));
+            }
+        }
+    }
+
+    #[test]
+    fn steps_outside_the_grid_are_flagged() {
+        let t = monotone_table(&[1.0, 16.0, 256.0], &[0.0, 512.0], &[0.001]);
+        let row = |new_tokens, context_before| RowShape {
+            new_tokens,
+            context_before,
+            samples: true,
+        };
+        let step = |rows: Vec<RowShape>| StepShape { rows };
+        // Inside: chunks of 1..256 tokens on 0..512 cached, 1..256 decode
+        // rows of mean context 0..512.
+        assert!(!t.outside_range(&step(vec![row(100, 100)])));
+        assert!(!t.outside_range(&step(vec![row(1, 200), row(1, 300)])));
+        // A chunk past the largest measured, a context past the longest.
+        assert!(t.outside_range(&step(vec![row(300, 0)])));
+        assert!(t.outside_range(&step(vec![row(100, 600)])));
+        // Two chunks merge into one of their total tokens.
+        assert!(t.outside_range(&step(vec![row(200, 0), row(200, 0)])));
+        // Decode rows whose mean context (own token included) passes 512.
+        assert!(t.outside_range(&step(vec![row(1, 600)])));
+        assert!(!t.outside_range(&step(vec![row(1, 511)])));
+        // A mixed step is outside if either part is.
+        assert!(t.outside_range(&step(vec![row(1, 100), row(400, 0)])));
+        // An empty step is never outside.
+        assert!(!t.outside_range(&step(vec![])));
+    }
+
+    #[test]
+    fn spreads_are_validated_like_times() {
+        let mut t = monotone_table(&[1.0, 16.0], &[0.0, 512.0], &[0.001]);
+        t.decode.spread_s = Some(vec![vec![0.0, 0.0]]);
+        let e = t.validate().unwrap_err();
+        assert!(e.contains("`decode.spread_s`: 1 rows, expected 2"), "{e}");
+        t.decode.spread_s = Some(vec![vec![0.0, -1.0], vec![0.0, 0.0]]);
+        let e = t.validate().unwrap_err();
+        assert!(e.contains("`decode.spread_s[0][1]`"), "{e}");
+        t.decode.spread_s = Some(vec![vec![0.0, 0.1], vec![0.0, 0.0]]);
+        t.validate().unwrap();
+        let text = serde_json::to_string(&t).unwrap();
+        assert_eq!(TableModel::from_json_str(&text, "t.json").unwrap(), t);
+    }
 
     #[test]
     fn locate_holds_below_and_extrapolates_above() {

@@ -955,6 +955,17 @@ fn profiles_round_trip_through_json_files() {
             description: Some("measured".into()),
             tensor_parallel: None,
             memory_bytes: None,
+            kv_cache: Some(sluice_sim::MeasuredKvCache {
+                num_blocks: 2912,
+                block_size: 16,
+            }),
+            measured_on: Some(sluice_sim::MeasuredOn {
+                model: "smollm2.gguf".into(),
+                cpu: "a CPU".into(),
+                threads: 2,
+                repeats: 3,
+                cost_s: 61.5,
+            }),
             table: table(),
         }),
     ];

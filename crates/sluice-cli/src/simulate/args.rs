@@ -22,8 +22,10 @@ pub(super) enum SimulateCommand {
 
 #[derive(Args, Debug)]
 pub(super) struct FitArgs {
-    /// The step log (one JSON line per engine step).
-    pub(super) step_log: PathBuf,
+    /// The step logs (one JSON line per engine step); several are fitted as
+    /// one, so a profile can cover the shapes of several workloads.
+    #[arg(required = true, num_args = 1.., value_name = "STEP_LOG")]
+    pub(super) step_log: Vec<PathBuf>,
     /// Where to write the profile JSON (for --hardware / --profile).
     #[arg(short, long, value_name = "PROFILE.json")]
     pub(super) output: PathBuf,

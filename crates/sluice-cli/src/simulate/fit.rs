@@ -1,12 +1,20 @@
-//! `sluice simulate fit`: a step-time profile fitted to a
-//! `sluice serve --step-log` file, and the fit's report on stdout.
+//! `sluice simulate fit`: a step-time profile fitted to one or more
+//! `sluice serve --step-log` files, and the fit's report on stdout.
 
 use super::*;
 
 pub(super) fn run_fit(args: &FitArgs) -> Result<()> {
-    let file = args.step_log.display().to_string();
-    let records =
-        sluice_sim::fit::read_step_log(&args.step_log).map_err(|e| bad_config(e.to_string()))?;
+    let file = args
+        .step_log
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut records = Vec::new();
+    for path in &args.step_log {
+        records
+            .extend(sluice_sim::fit::read_step_log(path).map_err(|e| bad_config(e.to_string()))?);
+    }
     let report = sluice_sim::fit(&records, &sluice_sim::FitOptions::default())
         .map_err(|e| bad_config(format!("{file}: {e}")))?;
     let mut fitted = FittedProfile::from_report(&report, file.clone());

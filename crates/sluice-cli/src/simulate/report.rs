@@ -161,8 +161,19 @@ pub(super) fn print_summary(args: &RunArgs, setup: &Setup, result: &SimResult, s
     }
 }
 
-/// Says how many steps were larger than any the fitted profile saw.
+/// Says how many steps were larger than any the fitted profile saw, or
+/// outside a measured table's grid.
 pub(super) fn warn_beyond_fit(setup: &Setup, result: &SimResult) {
+    let outside = result.steps.iter().filter(|s| s.outside_profile).count();
+    if outside > 0 {
+        eprintln!(
+            "sluice simulate: {outside} of {} steps ({:.1}%) were outside the profile's measured \
+             grid: their times are extrapolated (linearly from the last two grid points, held \
+             below the first)",
+            result.steps.len(),
+            100.0 * outside as f64 / result.steps.len().max(1) as f64,
+        );
+    }
     let Some(range) = setup.fitted_range else {
         return;
     };

@@ -32,6 +32,8 @@ use sluice_model::runner::{ModelRunner, SpeculationRequest};
 use sluice_model::ModelExecutor;
 use sluice_model::{builtin, load_dummy_as, load_model, DType, LoadFormat, LoadedModel, ModelSpec};
 use std::process::ExitCode;
+
+mod profile;
 use std::time::{Duration, Instant};
 
 #[derive(Args)]
@@ -92,6 +94,21 @@ pub struct BenchModelArgs {
     /// length over all runs are reported.
     #[arg(long, value_name = "JSON", value_parser = crate::options::parse_speculative_config)]
     speculative_config: Option<sluice_model::SpeculativeConfig>,
+    /// Instead of the throughput figures, measure a table profile for
+    /// `sluice simulate --hardware PATH` on a grid of step shapes up to
+    /// --max-num-batched-tokens tokens, max(--concurrency) decode rows and
+    /// --profile-max-model-len tokens of context, and write it to PATH.
+    #[arg(long, value_name = "PATH")]
+    profile: Option<std::path::PathBuf>,
+    /// The longest request the profile's grid covers (the engine's
+    /// --max-model-len).
+    #[arg(long, value_name = "N", default_value_t = 2048)]
+    profile_max_model_len: usize,
+    /// The KV cache `serve` will have (its --kv-cache-memory): the profile
+    /// records it in blocks, so the simulator needs no
+    /// --num-gpu-blocks-override.
+    #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = crate::options::parse_size)]
+    kv_cache_memory: usize,
 }
 
 /// Speculative decoding's counters over the runs (vLLM's names).
@@ -363,6 +380,44 @@ fn scheduler_config(
     cfg
 }
 
+/// The size flags checked: the largest concurrency and the sequence length
+/// the KV pool must hold for each request.
+fn check_sizes(args: &BenchModelArgs) -> Result<(usize, usize)> {
+    if args.repeats == 0 || args.prompt_len == 0 || args.output_len == 0 {
+        return Err(bad_config(
+            "--repeats, --prompt-len and --output-len must be at least 1",
+        ));
+    }
+    if args.concurrency.contains(&0) {
+        return Err(bad_config("--concurrency levels must be at least 1"));
+    }
+    if args.block_size == 0 {
+        return Err(bad_config("--block-size must be at least 1"));
+    }
+    // The KV pool holds every request at its full length; its size comes
+    // from four flags, so overflow is a configuration error too.
+    let max_conc = args.concurrency.iter().copied().max().unwrap_or(1);
+    let kv_flags = "--concurrency, --prompt-len, --output-len, --block-size";
+    let seq_len = if args.profile.is_some() {
+        if args.speculative_config.is_some() {
+            return Err(bad_config(
+                "--profile: measures steps without speculative decoding; drop \
+                 --speculative-config",
+            ));
+        }
+        // Every decode row of the largest batch at the longest context.
+        Some(args.profile_max_model_len.saturating_sub(1))
+    } else {
+        args.prompt_len.checked_add(args.output_len)
+    };
+    let Some(seq_len) = seq_len else {
+        return Err(bad_config(format!(
+            "{kv_flags}: the KV cache size overflows"
+        )));
+    };
+    Ok((max_conc, seq_len))
+}
+
 fn bench(args: &BenchModelArgs) -> Result<()> {
     let dtype: DType = args
         .dtype
@@ -380,26 +435,8 @@ fn bench(args: &BenchModelArgs) -> Result<()> {
             }
         },
     };
-    if args.repeats == 0 || args.prompt_len == 0 || args.output_len == 0 {
-        return Err(bad_config(
-            "--repeats, --prompt-len and --output-len must be at least 1",
-        ));
-    }
-    if args.concurrency.contains(&0) {
-        return Err(bad_config("--concurrency levels must be at least 1"));
-    }
-    if args.block_size == 0 {
-        return Err(bad_config("--block-size must be at least 1"));
-    }
-    // The KV pool holds every request at its full length; its size comes
-    // from four flags, so overflow is a configuration error too.
-    let max_conc = args.concurrency.iter().copied().max().unwrap_or(1);
+    let (max_conc, seq_len) = check_sizes(args)?;
     let kv_flags = "--concurrency, --prompt-len, --output-len, --block-size";
-    let Some(seq_len) = args.prompt_len.checked_add(args.output_len) else {
-        return Err(bad_config(format!(
-            "{kv_flags}: the KV cache size overflows"
-        )));
-    };
     sluice_model::kernels::set_num_threads(args.threads);
     let grouping = GroupingPolicy {
         hybrid: !args.disable_hybrid_kv_cache_manager,
@@ -494,6 +531,11 @@ fn bench(args: &BenchModelArgs) -> Result<()> {
 
     // Warm-up: thread pool, buffers at their largest shapes.
     b.run(max_conc, 2)?;
+
+    if let Some(path) = &args.profile {
+        let desc = format!("{} ({weights_desc})", args.model);
+        return profile::write(&mut b, args, path, &desc, kv_dtype);
+    }
 
     let mut figures = measure(&mut b, args)?;
     figures.kv = Some(KvFigures {

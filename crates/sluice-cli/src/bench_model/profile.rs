@@ -1,0 +1,641 @@
+//! `bench-model --profile PATH`: a table profile (`sluice_sim::TableModel`)
+//! measured on a designed grid of step shapes with the real scheduler and
+//! model runner, for `sluice simulate --hardware PATH` and `serve
+//! --executor simulated --profile PATH`.
+//!
+//! The grid covers what the engine's limits allow: prefill chunks of 1 to
+//! `--max-num-batched-tokens` tokens on 0 to ¾ of `--profile-max-model-len`
+//! cached tokens; decode batches of 1 to `max(--concurrency)` rows at mean
+//! contexts from 2 to the longest a request can have; and a few mixed steps.
+//! Every point is `--repeats` steps of exactly that shape, each timed as the
+//! engine times a step (schedule + forward + update); the table keeps their
+//! median and their spread (slowest − fastest).
+//!
+//! How each shape is made:
+//! - prefill `(c, x)`: a request of `x` tokens runs first (untimed), so that
+//!   its blocks sit in the prefix cache; then requests of those `x` tokens
+//!   plus fresh ones are admitted together in one step, computing `c` new
+//!   tokens on `x` cached (split over several requests where `x + c` would
+//!   pass the model length: the table merges a step's prefill rows the same
+//!   way). Requests sharing the cached prefix read the same KV blocks, which
+//!   a CPU cache may hold better than distinct ones.
+//! - decode `(b, m)`: `b` requests of `m − 1` prompt tokens are prefilled in
+//!   as few steps as the budget allows and decode once, then their next
+//!   `--repeats` steps (all rows decoding) are timed; the mean context of
+//!   those steps, `prompt + 1 + (repeats + 1) / 2`, is the axis value. From
+//!   prompts of 512 tokens on, one set of requests serves every batch size,
+//!   largest first (aborting the surplus after each), so the axis value is
+//!   the middle of the contexts the batch sizes saw, `repeats · (batch
+//!   sizes − 1) / 2` tokens later.
+//! - mixed: a decode batch plus an admitted prefill chunk in one step. The
+//!   table prices a mixed step as `prefill + decode − step_overhead_s`;
+//!   `step_overhead_s` is the median of `prefill + decode − mixed` over the
+//!   mixed points, and the rule's error on them is reported.
+
+use super::{Bench, BenchModelArgs};
+use crate::exit::config_error;
+use anyhow::{bail, Context, Result};
+use sluice_core::kv_cache::GroupingPolicy;
+use sluice_core::{Executor, NewRequest, RequestStatus, SamplingParams, Scheduler};
+use sluice_model::kv_cache::{KvCacheConfig, KvDtype};
+use sluice_sim::profile::TableProfile;
+use sluice_sim::table::{DecodeTable, PrefillTable};
+use sluice_sim::{MeasuredKvCache, MeasuredOn, Profile, TableModel};
+use std::path::Path;
+use std::time::Instant;
+
+/// Decode points of prompts this long or longer share one set of requests
+/// across batch sizes (`Bench::decode_column`): the repeated prefill would
+/// dominate the measurement's cost, and the contexts' drift is small beside
+/// the prompt.
+const REUSE_MIN_PROMPT: usize = 512;
+
+/// The most tokens one setup (untimed) step computes: large enough that a
+/// decode batch is prefilled in a few steps (its rows then decode at nearly
+/// one context), small enough for the runner's activations.
+const SETUP_BUDGET: usize = 16_384;
+
+/// The grid's limits (the engine's) and its repeats.
+pub(super) struct GridLimits {
+    pub max_num_batched_tokens: usize,
+    pub max_batch: usize,
+    pub max_model_len: usize,
+    pub block_size: usize,
+    pub repeats: usize,
+}
+
+/// The measured points: prefill chunk tokens × cached context, decode
+/// batch sizes × prompt tokens.
+#[derive(Debug, PartialEq)]
+pub(super) struct Grid {
+    pub chunks: Vec<usize>,
+    pub contexts: Vec<usize>,
+    pub batches: Vec<usize>,
+    pub prompts: Vec<usize>,
+}
+
+/// `first, first·ratio, …` while below `last`, then `last` (if above
+/// `first`); `[last]` when `last <= first`.
+fn geometric(first: usize, ratio: usize, last: usize) -> Vec<usize> {
+    let mut v = Vec::new();
+    let mut x = first;
+    while x < last {
+        v.push(x);
+        x *= ratio;
+    }
+    v.push(last);
+    v
+}
+
+impl Grid {
+    pub fn new(l: &GridLimits) -> Result<Grid> {
+        if l.max_model_len < 64 {
+            bail!(
+                "--profile-max-model-len: {} is too short for a grid (at least 64)",
+                l.max_model_len
+            );
+        }
+        if l.repeats + 3 >= l.max_model_len / 2 {
+            bail!(
+                "--repeats: {} leaves no room in the model length",
+                l.repeats
+            );
+        }
+        let max_chunk = l.max_num_batched_tokens.min(l.max_model_len - 1);
+        let mut chunks = vec![1];
+        chunks.extend(geometric(16, 4, max_chunk).into_iter().filter(|&c| c > 1));
+        // Cached contexts are whole blocks (a prefix-cache hit is).
+        let bs = l.block_size;
+        let top = (l.max_model_len * 3 / 4) / bs * bs;
+        let mut contexts = vec![0];
+        contexts.extend(
+            geometric(128usize.div_ceil(bs) * bs, 4, top)
+                .into_iter()
+                .map(|x| x / bs * bs)
+                .filter(|&x| x > 0),
+        );
+        contexts.dedup();
+        let batches = geometric(1, 2, l.max_batch.max(1));
+        // A decode row's context is its prompt plus what it sampled; the
+        // longest prompt leaves room for the untimed step and the timed ones
+        // of every batch size (`Bench::decode_column`).
+        let Some(longest) = l
+            .max_model_len
+            .checked_sub(3 + l.repeats * batches.len())
+            .filter(|&n| n >= 64)
+        else {
+            bail!(
+                "--profile-max-model-len: {} leaves no room for {} timed steps at each of {} \
+                 batch sizes",
+                l.max_model_len,
+                l.repeats,
+                batches.len()
+            );
+        };
+        let mut prompts = vec![1];
+        prompts.extend(geometric(64, 4, longest + 1).into_iter().map(|m| m - 1));
+        prompts.dedup();
+        Ok(Grid {
+            chunks,
+            contexts,
+            batches,
+            prompts,
+        })
+    }
+}
+
+/// Seconds to a tenth of a microsecond: the file stays readable, and no
+/// step is timed that finely.
+fn secs(t: f64) -> f64 {
+    (t * 1e7).round() / 1e7
+}
+
+/// Median of `v` (not empty).
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+fn spread(v: &[f64]) -> f64 {
+    let max = v.iter().copied().fold(f64::MIN, f64::max);
+    let min = v.iter().copied().fold(f64::MAX, f64::min);
+    max - min
+}
+
+/// The measured table and what the mixed steps said about it.
+pub(super) struct Measured {
+    pub table: TableModel,
+    /// Per mixed point: (predicted by the table, measured) seconds.
+    pub mixed: Vec<(f64, f64)>,
+    pub cost_s: f64,
+}
+
+impl Bench {
+    /// A scheduler over the executor's pool for one grid point.
+    fn probe_scheduler(
+        &self,
+        prefix_caching: bool,
+        budget: usize,
+        seqs: usize,
+    ) -> Result<Scheduler> {
+        let mut c = self.sched_config.clone();
+        c.enable_prefix_caching = prefix_caching;
+        c.enable_chunked_prefill = true;
+        c.long_prefill_token_threshold = 0;
+        c.max_num_batched_tokens = budget.max(1);
+        c.max_num_seqs = seqs.max(1);
+        Scheduler::new(c).map_err(|e| anyhow::anyhow!("scheduler config: {e}"))
+    }
+
+    fn add(
+        &mut self,
+        sched: &mut Scheduler,
+        prompt: Vec<u32>,
+        max_tokens: usize,
+    ) -> Result<String> {
+        self.next_prompt += 1;
+        let id = format!("p{}", self.next_prompt);
+        let params = SamplingParams {
+            ignore_eos: true,
+            ..SamplingParams::greedy(max_tokens)
+        };
+        sched
+            .add_request(NewRequest::new(id.clone(), prompt, params))
+            .map_err(|e| anyhow::anyhow!("request: {e}"))?;
+        Ok(id)
+    }
+
+    /// One engine step; its wall time and total scheduled tokens.
+    fn probe_step(&mut self, sched: &mut Scheduler) -> Result<(f64, usize, usize)> {
+        let t0 = Instant::now();
+        let so = sched.schedule();
+        let out = self.exec.execute(&so)?;
+        sched.update_from_output(&so, &out);
+        let dt = t0.elapsed().as_secs_f64();
+        Ok((
+            dt,
+            so.num_scheduled_tokens.len(),
+            so.total_num_scheduled_tokens,
+        ))
+    }
+
+    /// Aborts what is left and hands the finished ids to the runner, so
+    /// that it drops their state.
+    fn probe_drain(&mut self, sched: &mut Scheduler, ids: &[String]) -> Result<()> {
+        let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+        sched.finish_requests(&refs, RequestStatus::FinishedAborted);
+        while sched.has_unfinished_requests() {
+            self.probe_step(sched)?;
+        }
+        let so = sched.schedule();
+        self.exec.execute(&so)?;
+        Ok(())
+    }
+
+    /// Runs a request of `prefix` to completion, leaving its blocks cached.
+    fn cache_prefix(&mut self, sched: &mut Scheduler, prefix: &[u32]) -> Result<()> {
+        if prefix.is_empty() {
+            return Ok(());
+        }
+        self.add(sched, prefix.to_vec(), 1)?;
+        while sched.has_unfinished_requests() {
+            self.probe_step(sched)?;
+        }
+        Ok(())
+    }
+
+    /// `n` fresh tokens.
+    fn fresh(&mut self, n: usize) -> Vec<u32> {
+        let mut p = self.prompt();
+        while p.len() < n {
+            p.extend(self.prompt());
+        }
+        p.truncate(n);
+        p
+    }
+
+    /// Admits requests computing `c` tokens on the cached `prefix` in the
+    /// next step (split so that no request passes the model length).
+    fn admit_chunk(
+        &mut self,
+        sched: &mut Scheduler,
+        prefix: &[u32],
+        c: usize,
+    ) -> Result<Vec<String>> {
+        let room = self.sched_config.max_model_len - 1 - prefix.len();
+        let n = c.div_ceil(room);
+        let mut ids = Vec::with_capacity(n);
+        for i in 0..n {
+            let part = c / n + usize::from(i < c % n);
+            let mut prompt = prefix.to_vec();
+            prompt.extend(self.fresh(part));
+            ids.push(self.add(sched, prompt, 1)?);
+        }
+        Ok(ids)
+    }
+
+    /// Prefill point `(c, x)`: `repeats` timed steps.
+    fn prefill_point(&mut self, c: usize, x: usize, repeats: usize) -> Result<Vec<f64>> {
+        let room = self.sched_config.max_model_len - 1 - x;
+        let seqs = c.div_ceil(room);
+        let mut sched = self.probe_scheduler(true, c.max(x.min(SETUP_BUDGET)), seqs)?;
+        let prefix = self.fresh(x);
+        self.cache_prefix(&mut sched, &prefix)?;
+        let mut times = Vec::with_capacity(repeats);
+        for _ in 0..repeats {
+            let ids = self.admit_chunk(&mut sched, &prefix, c)?;
+            let (dt, _, tokens) = self.probe_step(&mut sched)?;
+            if tokens != c {
+                bail!(
+                    "--profile: the prefill point ({c} tokens on {x} cached) scheduled {tokens} \
+                     tokens (is the KV pool too small?)"
+                );
+            }
+            times.push(dt);
+            self.probe_drain(&mut sched, &ids)?;
+        }
+        Ok(times)
+    }
+
+    /// Starts `b` requests of `p` prompt tokens and runs them (untimed)
+    /// through their prefill and a first step with every row decoding;
+    /// `steps` more decode steps remain to them. Returns their ids.
+    fn start_decoders(
+        &mut self,
+        sched: &mut Scheduler,
+        b: usize,
+        p: usize,
+        steps: usize,
+    ) -> Result<Vec<String>> {
+        let mut ids = Vec::with_capacity(b);
+        for _ in 0..b {
+            let prompt = self.fresh(p);
+            ids.push(self.add(sched, prompt, steps + 2)?);
+        }
+        loop {
+            let (_, rows, tokens) = self.probe_step(sched)?;
+            if rows == b && tokens == b {
+                return Ok(ids);
+            }
+            if tokens == 0 {
+                bail!(
+                    "--profile: the decode point ({b} rows of {p} tokens) stalled (is the KV \
+                     pool too small?)"
+                );
+            }
+        }
+    }
+
+    /// Decode point `(b, p)`: `repeats` timed steps of `b` decode rows.
+    fn decode_point(&mut self, b: usize, p: usize, repeats: usize) -> Result<Vec<f64>> {
+        let budget = (b * p).clamp(b, SETUP_BUDGET.max(b));
+        let mut sched = self.probe_scheduler(false, budget, b)?;
+        let ids = self.start_decoders(&mut sched, b, p, repeats)?;
+        let mut times = Vec::with_capacity(repeats);
+        for _ in 0..repeats {
+            let (dt, rows, tokens) = self.probe_step(&mut sched)?;
+            if rows != b || tokens != b {
+                bail!("--profile: the decode point ({b} rows of {p} tokens) ran {rows} rows, {tokens} tokens");
+            }
+            times.push(dt);
+        }
+        self.probe_drain(&mut sched, &ids)?;
+        Ok(times)
+    }
+
+    /// Decode points `(b, p)` for every batch size, largest first, on one
+    /// set of requests: after each batch size's timed steps the requests
+    /// beyond the next size are aborted. Their contexts grow by `repeats`
+    /// per batch size, little beside `p`. In `batches` order.
+    fn decode_column(
+        &mut self,
+        batches: &[usize],
+        p: usize,
+        repeats: usize,
+    ) -> Result<Vec<Vec<f64>>> {
+        let b_max = *batches.last().expect("a batch size");
+        let budget = (b_max * p).clamp(b_max, SETUP_BUDGET.max(b_max));
+        let mut sched = self.probe_scheduler(false, budget, b_max)?;
+        let ids = self.start_decoders(&mut sched, b_max, p, repeats * batches.len())?;
+        let mut times = vec![Vec::new(); batches.len()];
+        for (bi, &b) in batches.iter().enumerate().rev() {
+            sched.finish_requests(&ids[b..], RequestStatus::FinishedAborted);
+            for _ in 0..repeats {
+                let (dt, rows, tokens) = self.probe_step(&mut sched)?;
+                if rows != b || tokens != b {
+                    bail!(
+                        "--profile: the decode point ({b} rows of {p} tokens) ran {rows} rows, \
+                         {tokens} tokens"
+                    );
+                }
+                times[bi].push(dt);
+            }
+        }
+        self.probe_drain(&mut sched, &ids)?;
+        Ok(times)
+    }
+
+    /// Mixed point: `b` decode rows of `p` prompt tokens plus a chunk of
+    /// `c` fresh tokens in one step.
+    fn mixed_point(&mut self, b: usize, p: usize, c: usize, repeats: usize) -> Result<Vec<f64>> {
+        let budget = (b * p).clamp(b + c, SETUP_BUDGET.max(b + c));
+        let mut sched = self.probe_scheduler(false, budget, b + 1)?;
+        let mut ids = self.start_decoders(&mut sched, b, p, 2 * repeats)?;
+        let mut times = Vec::with_capacity(repeats);
+        for _ in 0..repeats {
+            let chunk = self.admit_chunk(&mut sched, &[], c)?;
+            let (dt, rows, tokens) = self.probe_step(&mut sched)?;
+            if rows != b + 1 || tokens != b + c {
+                bail!("--profile: the mixed point ({b} decode rows + {c} prefill tokens) ran {rows} rows, {tokens} tokens");
+            }
+            times.push(dt);
+            // The chunk's request sampled its one token and finished.
+            ids.extend(chunk);
+        }
+        self.probe_drain(&mut sched, &ids)?;
+        Ok(times)
+    }
+
+    /// Measures the whole grid, reporting progress on stderr.
+    pub(super) fn measure_grid(&mut self, grid: &Grid, repeats: usize) -> Result<Measured> {
+        let t0 = Instant::now();
+        let mut p_time = Vec::new();
+        let mut p_spread = Vec::new();
+        for &c in &grid.chunks {
+            let (mut row, mut row_spread) = (Vec::new(), Vec::new());
+            for &x in &grid.contexts {
+                let t = self.prefill_point(c, x, repeats)?;
+                row.push(secs(median(&t)));
+                row_spread.push(secs(spread(&t)));
+            }
+            eprintln!("  prefill {c:>6} tokens: {}", ms_list(&row));
+            p_time.push(row);
+            p_spread.push(row_spread);
+        }
+        let mut d_time = Vec::new();
+        let mut d_spread = Vec::new();
+        let nb = grid.batches.len();
+        let mut columns = Vec::with_capacity(grid.prompts.len());
+        for &p in &grid.prompts {
+            let column = if p >= REUSE_MIN_PROMPT {
+                self.decode_column(&grid.batches, p, repeats)?
+            } else {
+                let mut c = Vec::with_capacity(nb);
+                for &b in &grid.batches {
+                    c.push(self.decode_point(b, p, repeats)?);
+                }
+                c
+            };
+            columns.push(column);
+        }
+        for (bi, &b) in grid.batches.iter().enumerate() {
+            let row: Vec<f64> = columns.iter().map(|c| secs(median(&c[bi]))).collect();
+            eprintln!("  decode {b:>4} rows: {}", ms_list(&row));
+            d_spread.push(columns.iter().map(|c| secs(spread(&c[bi]))).collect());
+            d_time.push(row);
+        }
+        let rows_context = |p: usize| {
+            let r = repeats as f64;
+            let reuse_drift = if p >= REUSE_MIN_PROMPT {
+                (nb as f64 - 1.0) * r / 2.0
+            } else {
+                0.0
+            };
+            p as f64 + 1.0 + (r + 1.0) / 2.0 + reuse_drift
+        };
+        let mut table = TableModel {
+            prefill: PrefillTable {
+                chunk_tokens: grid.chunks.iter().map(|&c| c as f64).collect(),
+                context: grid.contexts.iter().map(|&x| x as f64).collect(),
+                time_s: p_time,
+                spread_s: Some(p_spread),
+            },
+            decode: DecodeTable {
+                batch_size: grid.batches.iter().map(|&b| b as f64).collect(),
+                mean_context: grid.prompts.iter().map(|&p| rows_context(p)).collect(),
+                time_s: d_time,
+                spread_s: Some(d_spread),
+            },
+            step_overhead_s: 0.0,
+        };
+        let mixed = self.measure_mixed(grid, repeats, &mut table)?;
+        Ok(Measured {
+            table,
+            mixed,
+            cost_s: t0.elapsed().as_secs_f64(),
+        })
+    }
+
+    /// The mixed points: sets `step_overhead_s` from them and returns the
+    /// table's prediction beside each measurement.
+    fn measure_mixed(
+        &mut self,
+        grid: &Grid,
+        repeats: usize,
+        table: &mut TableModel,
+    ) -> Result<Vec<(f64, f64)>> {
+        let b_max = *grid.batches.last().expect("a batch size");
+        // Decode rows of a short context, so that the pool holds the
+        // largest batch and the chunk beside it.
+        let p = grid.prompts[grid.prompts.len().min(2) - 1];
+        let mut points = Vec::new();
+        for b in [1, b_max / 2, b_max] {
+            for c in [16, 256] {
+                let c = c.min(*grid.chunks.last().expect("a chunk"));
+                if b == 0 || points.iter().any(|&(pb, pc, _)| (pb, pc) == (b, c)) {
+                    continue;
+                }
+                let t = median(&self.mixed_point(b, p, c, repeats)?);
+                points.push((b, c, t));
+            }
+        }
+        let m = p as f64 + 1.0 + (repeats as f64 + 1.0) / 2.0;
+        let parts: Vec<(f64, f64)> = points
+            .iter()
+            .map(|&(b, c, _)| {
+                (
+                    table.prefill_time(c as f64, 0.0),
+                    table.decode_time(b as f64, m),
+                )
+            })
+            .collect();
+        let overheads: Vec<f64> = points
+            .iter()
+            .zip(&parts)
+            .map(|(&(_, _, t), &(pf, d))| (pf + d - t).clamp(0.0, pf.min(d)))
+            .collect();
+        table.step_overhead_s = secs(median(&overheads));
+        Ok(points
+            .iter()
+            .zip(&parts)
+            .map(|(&(_, _, t), &(pf, d))| (pf + d - table.step_overhead_s, t))
+            .collect())
+    }
+}
+
+/// The CPU's model name (from `/proc/cpuinfo` where there is one) and the
+/// instruction sets the kernels can use.
+fn cpu_description() -> String {
+    let name = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string());
+    format!("{name} ({})", sluice_model::kernels::cpu_features())
+}
+
+/// Measures the grid `args` asks for and writes the table profile to
+/// `path`; prints the grid, its cost and the mixed-step check on stderr.
+pub(super) fn write(
+    b: &mut Bench,
+    args: &BenchModelArgs,
+    path: &Path,
+    model: &str,
+    kv_dtype: KvDtype,
+) -> Result<()> {
+    let limits = GridLimits {
+        max_num_batched_tokens: args.max_num_batched_tokens,
+        max_batch: args.concurrency.iter().copied().max().unwrap_or(1),
+        max_model_len: args.profile_max_model_len,
+        block_size: args.block_size,
+        repeats: args.repeats,
+    };
+    let grid = Grid::new(&limits).map_err(config_error)?;
+    let grouping = GroupingPolicy {
+        hybrid: !args.disable_hybrid_kv_cache_manager,
+        ..GroupingPolicy::default()
+    };
+    let serve_kv = KvCacheConfig::new(args.block_size, 0)
+        .with_grouping(grouping)
+        .with_dtype(kv_dtype)
+        .with_memory_budget(&b.loaded.config, args.kv_cache_memory)
+        .context("--kv-cache-memory")
+        .map_err(config_error)?;
+    eprintln!(
+        "profiling {model}: prefill chunks {:?} x contexts {:?}, decode batches {:?} x prompts \
+         {:?}, {} repeats each (times in ms)",
+        grid.chunks, grid.contexts, grid.batches, grid.prompts, args.repeats
+    );
+    let m = b.measure_grid(&grid, args.repeats)?;
+    let errors: Vec<f64> = m.mixed.iter().map(|&(p, t)| (p - t) / t).collect();
+    let worst = errors.iter().fold(0.0f64, |w, e| w.max(e.abs()));
+    let description = format!(
+        "measured by sluice bench-model --profile in {:.0} s; step_overhead_s from {} mixed \
+         steps, on which the table's mixed-step rule is off by at most {:.1} %",
+        m.cost_s,
+        m.mixed.len(),
+        100.0 * worst
+    );
+    let profile = Profile::Table(TableProfile {
+        name: Some(format!("{model}, {} threads", args.threads)),
+        description: Some(description.clone()),
+        tensor_parallel: None,
+        memory_bytes: None,
+        kv_cache: Some(MeasuredKvCache {
+            num_blocks: serve_kv.num_blocks,
+            block_size: args.block_size,
+        }),
+        measured_on: Some(MeasuredOn {
+            model: model.to_string(),
+            cpu: cpu_description(),
+            threads: args.threads,
+            repeats: args.repeats,
+            cost_s: m.cost_s,
+        }),
+        table: m.table,
+    });
+    profile
+        .save(path)
+        .with_context(|| format!("--profile {}", path.display()))
+        .map_err(config_error)?;
+    eprintln!("{description}");
+    eprintln!(
+        "wrote {} (KV cache: {} blocks of {} tokens, as --kv-cache-memory {} gives)",
+        path.display(),
+        serve_kv.num_blocks,
+        args.block_size,
+        args.kv_cache_memory
+    );
+    Ok(())
+}
+
+fn ms_list(v: &[f64]) -> String {
+    v.iter()
+        .map(|t| format!("{:.2}", t * 1e3))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_grid_covers_the_engine_limits() {
+        let g = Grid::new(&GridLimits {
+            max_num_batched_tokens: 2048,
+            max_batch: 32,
+            max_model_len: 2048,
+            block_size: 16,
+            repeats: 3,
+        })
+        .unwrap();
+        assert_eq!(g.chunks, [1, 16, 64, 256, 1024, 2047]);
+        assert_eq!(g.contexts, [0, 128, 512, 1536]);
+        assert_eq!(g.batches, [1, 2, 4, 8, 16, 32]);
+        // Prompts: the longest leaves 3 timed steps plus the sampled token.
+        assert_eq!(g.prompts, [1, 63, 255, 1023, 2027]);
+        assert_eq!(geometric(1, 2, 24), [1, 2, 4, 8, 16, 24]);
+        assert_eq!(geometric(16, 4, 8), [8]);
+    }
+}
