@@ -449,3 +449,129 @@ fn replay_traces_schedule_vllms_tokens_step_for_step() {
     }
     assert!(checked >= 20, "only {checked} traces checked");
 }
+
+/// `bench-model --profile` on the built-in tiny shape: a table profile on
+/// the grid the engine limits give, with the serving KV cache, that
+/// `simulate` runs on without `--num-gpu-blocks-override`; bad limits are
+/// refused naming the flag.
+#[test]
+fn a_measured_table_profile_drives_the_simulator() {
+    let path = tmp("tiny-profile.json");
+    let p = path.to_str().unwrap();
+    let profile = |extra: &[&str]| {
+        sluice()
+            .args([
+                "bench-model",
+                "--model",
+                "tiny",
+                "--vocab-size",
+                "512",
+                "--threads",
+                "1",
+            ])
+            .args([
+                "--profile",
+                p,
+                "--max-num-batched-tokens",
+                "64",
+                "--concurrency",
+                "4",
+            ])
+            .args(["--repeats", "1", "--kv-cache-memory", "8MiB"])
+            .args(extra)
+            .output()
+            .expect("runs")
+    };
+    let out = profile(&["--profile-max-model-len", "128"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("mixed steps priced by the"), "{err}");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(v["kind"], "table");
+    let t = &v["table"];
+    let axis = |a: &Value| -> Vec<f64> {
+        a.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect()
+    };
+    // The grid of the limits: chunks up to the budget, contexts up to where
+    // the largest chunk fits (127 - 64, in blocks of 16), batches up to 4,
+    // prompts up to what leaves room for a timed step per batch size.
+    assert_eq!(axis(&t["prefill"]["chunk_tokens"]), [1.0, 16.0, 32.0, 64.0]);
+    assert_eq!(axis(&t["prefill"]["context"]), [0.0, 48.0]);
+    assert_eq!(axis(&t["decode"]["batch_size"]), [1.0, 2.0, 4.0]);
+    // Prompts 1, 63, 122 (128 - 3 - 1 repeat × 3 batch sizes), plus the
+    // sampled token and the middle of the timed step.
+    assert_eq!(axis(&t["decode"]["mean_context"]), [3.0, 65.0, 124.0]);
+    for row in t["prefill"]["time_s"].as_array().unwrap() {
+        assert!(axis(row).iter().all(|&s| s > 0.0), "{row}");
+    }
+    // 8 MiB of the tiny shape's KV cache, in 16-token blocks.
+    let blocks = v["kv_cache"]["num_blocks"].as_u64().unwrap();
+    assert!(blocks >= 2, "{v}");
+    // Mixed steps: 1 and 4 rows (the largest batch) beside 16 and 64
+    // tokens (the largest chunk).
+    assert_eq!(v["mixed_measured"].as_array().unwrap().len(), 4, "{v}");
+    assert_eq!(
+        v["measured_on"]["model"],
+        "tiny (the built-in shape, dummy Bf16 weights)"
+    );
+
+    let out = simulate(&[
+        "--hardware",
+        p,
+        "--random-input-len",
+        "32",
+        "--random-output-len",
+        "8",
+        "--num-prompts",
+        "4",
+        "--max-model-len",
+        "128",
+        "--json",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["completed"], 4, "{r}");
+    // A prompt past the grid's contexts is counted and said.
+    let out = simulate(&[
+        "--hardware",
+        p,
+        "--random-input-len",
+        "100",
+        "--random-output-len",
+        "20",
+        "--num-prompts",
+        "2",
+        "--max-model-len",
+        "128",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("were outside the profile's measured grid"),
+        "{err}"
+    );
+
+    for (extra, needle) in [
+        (
+            &["--profile-max-model-len", "32"][..],
+            "--profile-max-model-len: 32",
+        ),
+        (
+            &[
+                "--speculative-config",
+                r#"{"method": "ngram", "num_speculative_tokens": 2}"#,
+            ][..],
+            "--profile: measures steps without speculative decoding",
+        ),
+    ] {
+        let out = profile(extra);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(err.contains(needle), "{extra:?}: {err}");
+    }
+}

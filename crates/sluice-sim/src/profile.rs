@@ -162,7 +162,23 @@ pub struct TableProfile {
     /// The model, machine and settings the table was measured with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub measured_on: Option<MeasuredOn>,
+    /// Mixed steps measured beside the grid: what chose `mixed_rule` (and
+    /// `step_overhead_s`), kept so that a reader can check the rule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mixed_measured: Option<Vec<MixedPoint>>,
     pub table: TableModel,
+}
+
+/// One measured mixed step: `batch_size` decode rows of `mean_context`
+/// beside a chunk of `chunk_tokens` on `context` cached, in `time_s`.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MixedPoint {
+    pub batch_size: f64,
+    pub mean_context: f64,
+    pub chunk_tokens: f64,
+    pub context: f64,
+    pub time_s: f64,
 }
 
 /// A measured runner's KV cache: `num_blocks` blocks of `block_size`
@@ -199,6 +215,9 @@ pub struct MeasuredOn {
 /// A step-time profile ([module docs](self)).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
+// One profile is loaded per run: its size does not matter, boxing would
+// only burden every match.
+#[allow(clippy::large_enum_variant)]
 pub enum Profile {
     Roofline(RooflineProfile),
     Fitted(FittedProfile),

@@ -13,11 +13,20 @@
 //! their total tokens, at their token-weighted mean cached context; its
 //! decode rows as a batch of their count at their mean context. A
 //! prefill-only step costs the prefill entry, a decode-only step the
-//! decode entry, a mixed step `prefill + decode − step_overhead_s` (both
-//! entries include the step's fixed cost, which a mixed step pays once),
-//! an empty step `step_overhead_s`. Merging prefill rows is an
-//! approximation: it charges the weights once per step, as the GPU does,
-//! but the attention of several short rows as one longer one.
+//! decode entry, an empty step `step_overhead_s`, and a mixed step one of
+//! two rules (`mixed_rule`):
+//! - `additive` (the default): `prefill + decode − step_overhead_s` (both
+//!   entries include the step's fixed cost, which a mixed step pays once);
+//! - `merged`: the decode rows join the chunk, as they join its matmuls:
+//!   the prefill entry at `chunk + rows` tokens, plus what the decode rows'
+//!   attention adds over the shortest measured context (`decode(rows,
+//!   context) − decode(rows, first context)`). Where decode rows cost
+//!   mostly matmul rows (a CPU, or a GPU past its memory-bound batch) this
+//!   holds; where they cost mostly the weights' bytes, `additive` does.
+//!
+//! Merging prefill rows is an approximation: it charges the weights once per
+//! step, as the hardware reads them, but the attention of several short rows
+//! as one longer one.
 //!
 //! Interpolation is bilinear within the grid. Below an axis's first point
 //! the value is held (a smaller shape is not assumed to be faster than
@@ -76,9 +85,29 @@ pub struct DecodeTable {
 pub struct TableModel {
     pub prefill: PrefillTable,
     pub decode: DecodeTable,
-    /// The fixed cost included in every entry, paid once by a mixed step.
+    /// The fixed cost included in every entry, paid once by a mixed step
+    /// under the additive rule.
     #[serde(default)]
     pub step_overhead_s: f64,
+    /// How a step with both prefill and decode rows is priced.
+    #[serde(default, skip_serializing_if = "MixedRule::is_additive")]
+    pub mixed_rule: MixedRule,
+}
+
+/// How a table prices a step with prefill and decode rows ([module
+/// docs](self)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MixedRule {
+    #[default]
+    Additive,
+    Merged,
+}
+
+impl MixedRule {
+    fn is_additive(&self) -> bool {
+        *self == MixedRule::Additive
+    }
 }
 
 /// A table that cannot be used; `problem` names the field.
@@ -236,6 +265,33 @@ impl TableModel {
         )
     }
 
+    /// A mixed step under the merged rule: `chunk_tokens` prefill tokens on
+    /// `context` cached beside `rows` decode rows of `mean_context`.
+    pub fn merged_time(
+        &self,
+        chunk_tokens: f64,
+        context: f64,
+        rows: f64,
+        mean_context: f64,
+    ) -> f64 {
+        let shortest = self.decode.mean_context.first().copied().unwrap_or(0.0);
+        let attention =
+            (self.decode_time(rows, mean_context) - self.decode_time(rows, shortest)).max(0.0);
+        self.prefill_time(chunk_tokens + rows, context) + attention
+    }
+
+    /// A mixed step under the additive rule.
+    pub fn additive_time(
+        &self,
+        chunk_tokens: f64,
+        context: f64,
+        rows: f64,
+        mean_context: f64,
+    ) -> f64 {
+        self.prefill_time(chunk_tokens, context) + self.decode_time(rows, mean_context)
+            - self.step_overhead_s
+    }
+
     /// The decode entry at `batch_size` rows of `mean_context`.
     pub fn decode_time(&self, batch_size: f64, mean_context: f64) -> f64 {
         let d = &self.decode;
@@ -281,7 +337,13 @@ fn off_axis(axis: &[f64], v: f64) -> bool {
 
 impl StepTimeModel for TableModel {
     fn outside_range(&self, step: &StepShape) -> bool {
-        let (prefill, decode) = lookup(step);
+        let (mut prefill, decode) = lookup(step);
+        if let (MixedRule::Merged, Some((n, _)), Some((rows, _))) =
+            (self.mixed_rule, prefill.as_mut(), decode)
+        {
+            // The merged rule looks the chunk up with the decode rows in it.
+            *n += rows;
+        }
         let (p, d) = (&self.prefill, &self.decode);
         prefill.is_some_and(|(n, c)| off_axis(&p.chunk_tokens, n) || off_axis(&p.context, c))
             || decode
@@ -290,6 +352,11 @@ impl StepTimeModel for TableModel {
 
     fn step_time(&self, step: &StepShape) -> f64 {
         let (prefill, decode) = lookup(step);
+        if let (MixedRule::Merged, Some((pn, pc)), Some((dn, dc))) =
+            (self.mixed_rule, prefill, decode)
+        {
+            return self.merged_time(pn, pc, dn, dc).max(MIN_PREDICTION_S);
+        }
         let prefill = prefill.map(|(n, c)| self.prefill_time(n, c));
         let decode = decode.map(|(n, c)| self.decode_time(n, c));
         let t = match (prefill, decode) {
@@ -338,6 +405,7 @@ mod tests {
                 spread_s: None,
             },
             step_overhead_s: 0.0005,
+            mixed_rule: MixedRule::Additive,
         }
     }
 
@@ -410,6 +478,55 @@ mod tests {
         assert!(t.outside_range(&step(vec![row(1, 100), row(400, 0)])));
         // An empty step is never outside.
         assert!(!t.outside_range(&step(vec![])));
+    }
+
+    /// The merged rule by hand: 4 decode rows of context 102 beside a
+    /// 16-token chunk cost the 20-token chunk plus what context 102 adds
+    /// to 4 rows over context 2; the additive rule the two entries less
+    /// the overhead.
+    #[test]
+    fn mixed_rules_by_hand() {
+        let mut t = TableModel {
+            prefill: PrefillTable {
+                chunk_tokens: vec![1.0, 16.0, 20.0],
+                context: vec![0.0, 100.0],
+                time_s: vec![vec![0.003, 0.004], vec![0.010, 0.012], vec![0.013, 0.016]],
+                spread_s: None,
+            },
+            decode: DecodeTable {
+                batch_size: vec![1.0, 4.0],
+                mean_context: vec![2.0, 102.0],
+                time_s: vec![vec![0.003, 0.0035], vec![0.004, 0.006]],
+                spread_s: None,
+            },
+            step_overhead_s: 0.002,
+            mixed_rule: MixedRule::Additive,
+        };
+        let row = |new_tokens, context_before| RowShape {
+            new_tokens,
+            context_before,
+            samples: true,
+        };
+        // Four decode rows at context 101 (+1: their own token) and a chunk.
+        let mut rows = vec![row(1, 101); 4];
+        rows.push(row(16, 0));
+        let step = StepShape { rows };
+        assert!((t.step_time(&step) - (0.010 + 0.006 - 0.002)).abs() < 1e-12);
+        assert!(!t.outside_range(&step));
+        t.mixed_rule = MixedRule::Merged;
+        assert!((t.step_time(&step) - (0.013 + (0.006 - 0.004))).abs() < 1e-12);
+        // Merged, the chunk is looked up with the rows in it: 16 + 4 = 20
+        // is the last chunk measured, one more row is past it.
+        assert!(!t.outside_range(&step));
+        let mut rows = vec![row(1, 101); 5];
+        rows.push(row(16, 0));
+        assert!(t.outside_range(&StepShape { rows }));
+        // The rule round-trips; additive, the default, is left out.
+        let text = serde_json::to_string(&t).unwrap();
+        assert!(text.contains("\"mixed_rule\":\"merged\""), "{text}");
+        assert_eq!(TableModel::from_json_str(&text, "t.json").unwrap(), t);
+        t.mixed_rule = MixedRule::Additive;
+        assert!(!serde_json::to_string(&t).unwrap().contains("mixed_rule"));
     }
 
     #[test]

@@ -966,6 +966,13 @@ fn profiles_round_trip_through_json_files() {
                 repeats: 3,
                 cost_s: 61.5,
             }),
+            mixed_measured: Some(vec![sluice_sim::MixedPoint {
+                batch_size: 4.0,
+                mean_context: 66.0,
+                chunk_tokens: 128.0,
+                context: 0.0,
+                time_s: 0.09,
+            }]),
             table: table(),
         }),
     ];

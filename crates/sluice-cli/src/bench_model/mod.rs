@@ -523,7 +523,12 @@ fn bench(args: &BenchModelArgs) -> Result<()> {
         exec,
         spec: SpecCounts::default(),
         sched_config,
-        prompt_len: args.prompt_len,
+        // A profile's warm-up stays inside its model length.
+        prompt_len: if args.profile.is_some() {
+            args.prompt_len.min(args.profile_max_model_len / 2)
+        } else {
+            args.prompt_len
+        },
         output_len: args.output_len,
         next_prompt: args.seed << 32,
         loaded,
@@ -532,9 +537,15 @@ fn bench(args: &BenchModelArgs) -> Result<()> {
     // Warm-up: thread pool, buffers at their largest shapes.
     b.run(max_conc, 2)?;
 
-    if let Some(path) = &args.profile {
-        let desc = format!("{} ({weights_desc})", args.model);
-        return profile::write(&mut b, args, path, &desc, kv_dtype);
+    if let Some(out) = &args.profile {
+        // A file by its name: the profile travels to other machines.
+        let model = std::path::Path::new(&args.model);
+        let name = model
+            .file_name()
+            .filter(|_| model.exists())
+            .map_or(args.model.clone(), |n| n.to_string_lossy().into_owned());
+        let desc = format!("{name} ({weights_desc})");
+        return profile::write(&mut b, args, out, &desc, kv_dtype);
     }
 
     let mut figures = measure(&mut b, args)?;

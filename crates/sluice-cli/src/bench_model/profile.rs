@@ -13,12 +13,12 @@
 //!
 //! How each shape is made:
 //! - prefill `(c, x)`: a request of `x` tokens runs first (untimed), so that
-//!   its blocks sit in the prefix cache; then requests of those `x` tokens
-//!   plus fresh ones are admitted together in one step, computing `c` new
-//!   tokens on `x` cached (split over several requests where `x + c` would
-//!   pass the model length: the table merges a step's prefill rows the same
-//!   way). Requests sharing the cached prefix read the same KV blocks, which
-//!   a CPU cache may hold better than distinct ones.
+//!   its blocks sit in the prefix cache; then a request of those `x` tokens
+//!   plus `c` fresh ones is admitted, computing `c` new tokens on `x`
+//!   cached in one step. The contexts stop where the largest chunk still
+//!   fits the model length, so every point is one request's chunk (a step
+//!   of several prefill rows is looked up as one chunk of their tokens; its
+//!   attention is then priced as one longer row's).
 //! - decode `(b, m)`: `b` requests of `m − 1` prompt tokens are prefilled in
 //!   as few steps as the budget allows and decode once, then their next
 //!   `--repeats` steps (all rows decoding) are timed; the mean context of
@@ -27,10 +27,11 @@
 //!   largest first (aborting the surplus after each), so the axis value is
 //!   the middle of the contexts the batch sizes saw, `repeats · (batch
 //!   sizes − 1) / 2` tokens later.
-//! - mixed: a decode batch plus an admitted prefill chunk in one step. The
-//!   table prices a mixed step as `prefill + decode − step_overhead_s`;
-//!   `step_overhead_s` is the median of `prefill + decode − mixed` over the
-//!   mixed points, and the rule's error on them is reported.
+//! - mixed: a decode batch plus an admitted prefill chunk in one step, at
+//!   a few batch sizes and chunks. They choose the table's mixed-step rule
+//!   (`sluice_sim::table`: additive, with `step_overhead_s` the median of
+//!   `prefill + decode − mixed` over them, or merged), the one with the
+//!   smaller worst error on them; the profile keeps them and the error.
 
 use super::{Bench, BenchModelArgs};
 use crate::exit::config_error;
@@ -40,7 +41,7 @@ use sluice_core::{Executor, NewRequest, RequestStatus, SamplingParams, Scheduler
 use sluice_model::kv_cache::{KvCacheConfig, KvDtype};
 use sluice_sim::profile::TableProfile;
 use sluice_sim::table::{DecodeTable, PrefillTable};
-use sluice_sim::{MeasuredKvCache, MeasuredOn, Profile, TableModel};
+use sluice_sim::{MeasuredKvCache, MeasuredOn, MixedPoint, MixedRule, Profile, TableModel};
 use std::path::Path;
 use std::time::Instant;
 
@@ -101,12 +102,15 @@ impl Grid {
                 l.repeats
             );
         }
-        let max_chunk = l.max_num_batched_tokens.min(l.max_model_len - 1);
+        // The largest chunk leaves a quarter of the model length for cached
+        // context.
+        let max_chunk = l.max_num_batched_tokens.min(l.max_model_len / 4 * 3);
         let mut chunks = vec![1];
-        chunks.extend(geometric(16, 4, max_chunk).into_iter().filter(|&c| c > 1));
-        // Cached contexts are whole blocks (a prefix-cache hit is).
+        chunks.extend(geometric(16, 2, max_chunk).into_iter().filter(|&c| c > 1));
+        // Cached contexts are whole blocks (a prefix-cache hit is), up to
+        // where the largest chunk still fits.
         let bs = l.block_size;
-        let top = (l.max_model_len * 3 / 4) / bs * bs;
+        let top = (l.max_model_len - 1 - max_chunk) / bs * bs;
         let mut contexts = vec![0];
         contexts.extend(
             geometric(128usize.div_ceil(bs) * bs, 4, top)
@@ -171,8 +175,9 @@ fn spread(v: &[f64]) -> f64 {
 /// The measured table and what the mixed steps said about it.
 pub(super) struct Measured {
     pub table: TableModel,
-    /// Per mixed point: (predicted by the table, measured) seconds.
-    pub mixed: Vec<(f64, f64)>,
+    pub mixed: Vec<MixedPoint>,
+    /// The table's prediction of each mixed point, under its rule.
+    pub mixed_predicted: Vec<f64>,
     pub cost_s: f64,
 }
 
@@ -260,36 +265,22 @@ impl Bench {
         p
     }
 
-    /// Admits requests computing `c` tokens on the cached `prefix` in the
-    /// next step (split so that no request passes the model length).
-    fn admit_chunk(
-        &mut self,
-        sched: &mut Scheduler,
-        prefix: &[u32],
-        c: usize,
-    ) -> Result<Vec<String>> {
-        let room = self.sched_config.max_model_len - 1 - prefix.len();
-        let n = c.div_ceil(room);
-        let mut ids = Vec::with_capacity(n);
-        for i in 0..n {
-            let part = c / n + usize::from(i < c % n);
-            let mut prompt = prefix.to_vec();
-            prompt.extend(self.fresh(part));
-            ids.push(self.add(sched, prompt, 1)?);
-        }
-        Ok(ids)
+    /// Admits a request computing `c` tokens on the cached `prefix` in the
+    /// next step.
+    fn admit_chunk(&mut self, sched: &mut Scheduler, prefix: &[u32], c: usize) -> Result<String> {
+        let mut prompt = prefix.to_vec();
+        prompt.extend(self.fresh(c));
+        self.add(sched, prompt, 1)
     }
 
     /// Prefill point `(c, x)`: `repeats` timed steps.
     fn prefill_point(&mut self, c: usize, x: usize, repeats: usize) -> Result<Vec<f64>> {
-        let room = self.sched_config.max_model_len - 1 - x;
-        let seqs = c.div_ceil(room);
-        let mut sched = self.probe_scheduler(true, c.max(x.min(SETUP_BUDGET)), seqs)?;
+        let mut sched = self.probe_scheduler(true, c.max(x.min(SETUP_BUDGET)), 1)?;
         let prefix = self.fresh(x);
         self.cache_prefix(&mut sched, &prefix)?;
         let mut times = Vec::with_capacity(repeats);
         for _ in 0..repeats {
-            let ids = self.admit_chunk(&mut sched, &prefix, c)?;
+            let id = self.admit_chunk(&mut sched, &prefix, c)?;
             let (dt, _, tokens) = self.probe_step(&mut sched)?;
             if tokens != c {
                 bail!(
@@ -298,7 +289,7 @@ impl Bench {
                 );
             }
             times.push(dt);
-            self.probe_drain(&mut sched, &ids)?;
+            self.probe_drain(&mut sched, &[id])?;
         }
         Ok(times)
     }
@@ -350,8 +341,8 @@ impl Bench {
     }
 
     /// Decode points `(b, p)` for every batch size, largest first, on one
-    /// set of requests: after each batch size's timed steps the requests
-    /// beyond the next size are aborted. Their contexts grow by `repeats`
+    /// set of requests: after each batch size's timed steps the earliest
+    /// admitted beyond the next size are aborted. Their contexts grow by `repeats`
     /// per batch size, little beside `p`. In `batches` order.
     fn decode_column(
         &mut self,
@@ -365,7 +356,9 @@ impl Bench {
         let ids = self.start_decoders(&mut sched, b_max, p, repeats * batches.len())?;
         let mut times = vec![Vec::new(); batches.len()];
         for (bi, &b) in batches.iter().enumerate().rev() {
-            sched.finish_requests(&ids[b..], RequestStatus::FinishedAborted);
+            // Keep the last admitted: the first ones decoded while the rest
+            // prefilled, so they are ahead (and would finish first).
+            sched.finish_requests(&ids[..b_max - b], RequestStatus::FinishedAborted);
             for _ in 0..repeats {
                 let (dt, rows, tokens) = self.probe_step(&mut sched)?;
                 if rows != b || tokens != b {
@@ -396,7 +389,7 @@ impl Bench {
             }
             times.push(dt);
             // The chunk's request sampled its one token and finished.
-            ids.extend(chunk);
+            ids.push(chunk);
         }
         self.probe_drain(&mut sched, &ids)?;
         Ok(times)
@@ -463,59 +456,90 @@ impl Bench {
                 spread_s: Some(d_spread),
             },
             step_overhead_s: 0.0,
+            mixed_rule: MixedRule::Additive,
         };
-        let mixed = self.measure_mixed(grid, repeats, &mut table)?;
+        let (mixed, mixed_predicted) = self.measure_mixed(grid, repeats, &mut table)?;
         Ok(Measured {
             table,
             mixed,
+            mixed_predicted,
             cost_s: t0.elapsed().as_secs_f64(),
         })
     }
 
-    /// The mixed points: sets `step_overhead_s` from them and returns the
-    /// table's prediction beside each measurement.
+    /// The mixed points. Sets `step_overhead_s` (the median of `prefill +
+    /// decode − mixed`, for the additive rule) and `mixed_rule`: the rule
+    /// with the smaller worst error on them. Returns the points and each
+    /// one's prediction under the chosen rule.
     fn measure_mixed(
         &mut self,
         grid: &Grid,
         repeats: usize,
         table: &mut TableModel,
-    ) -> Result<Vec<(f64, f64)>> {
+    ) -> Result<(Vec<MixedPoint>, Vec<f64>)> {
         let b_max = *grid.batches.last().expect("a batch size");
+        let c_max = *grid.chunks.last().expect("a chunk");
         // Decode rows of a short context, so that the pool holds the
         // largest batch and the chunk beside it.
         let p = grid.prompts[grid.prompts.len().min(2) - 1];
-        let mut points = Vec::new();
-        for b in [1, b_max / 2, b_max] {
-            for c in [16, 256] {
-                let c = c.min(*grid.chunks.last().expect("a chunk"));
-                if b == 0 || points.iter().any(|&(pb, pc, _)| (pb, pc) == (b, c)) {
+        let m = p as f64 + 1.0 + (repeats as f64 + 1.0) / 2.0;
+        let mut points: Vec<MixedPoint> = Vec::new();
+        for b in [1, 4, 16, b_max] {
+            for c in [16, 128, 512] {
+                let (b, c) = (b.min(b_max), c.min(c_max));
+                let seen = points
+                    .iter()
+                    .any(|q| (q.batch_size, q.chunk_tokens) == (b as f64, c as f64));
+                if seen {
                     continue;
                 }
                 let t = median(&self.mixed_point(b, p, c, repeats)?);
-                points.push((b, c, t));
+                points.push(MixedPoint {
+                    batch_size: b as f64,
+                    mean_context: m,
+                    chunk_tokens: c as f64,
+                    context: 0.0,
+                    time_s: secs(t),
+                });
             }
         }
-        let m = p as f64 + 1.0 + (repeats as f64 + 1.0) / 2.0;
-        let parts: Vec<(f64, f64)> = points
-            .iter()
-            .map(|&(b, c, _)| {
-                (
-                    table.prefill_time(c as f64, 0.0),
-                    table.decode_time(b as f64, m),
-                )
-            })
-            .collect();
         let overheads: Vec<f64> = points
             .iter()
-            .zip(&parts)
-            .map(|(&(_, _, t), &(pf, d))| (pf + d - t).clamp(0.0, pf.min(d)))
+            .map(|q| {
+                let pf = table.prefill_time(q.chunk_tokens, q.context);
+                let d = table.decode_time(q.batch_size, q.mean_context);
+                (pf + d - q.time_s).clamp(0.0, pf.min(d))
+            })
             .collect();
         table.step_overhead_s = secs(median(&overheads));
-        Ok(points
-            .iter()
-            .zip(&parts)
-            .map(|(&(_, _, t), &(pf, d))| (pf + d - table.step_overhead_s, t))
-            .collect())
+        let predict = |t: &TableModel, rule: MixedRule| -> Vec<f64> {
+            points
+                .iter()
+                .map(|q| {
+                    let (c, x, b, mc) = (q.chunk_tokens, q.context, q.batch_size, q.mean_context);
+                    match rule {
+                        MixedRule::Additive => t.additive_time(c, x, b, mc),
+                        MixedRule::Merged => t.merged_time(c, x, b, mc),
+                    }
+                })
+                .collect()
+        };
+        let worst = |pred: &[f64]| {
+            pred.iter()
+                .zip(&points)
+                .fold(0.0f64, |w, (p, q)| w.max(((p - q.time_s) / q.time_s).abs()))
+        };
+        let (additive, merged) = (
+            predict(table, MixedRule::Additive),
+            predict(table, MixedRule::Merged),
+        );
+        let (rule, pred) = if worst(&merged) <= worst(&additive) {
+            (MixedRule::Merged, merged)
+        } else {
+            (MixedRule::Additive, additive)
+        };
+        table.mixed_rule = rule;
+        Ok((points, pred))
     }
 }
 
@@ -567,14 +591,30 @@ pub(super) fn write(
         grid.chunks, grid.contexts, grid.batches, grid.prompts, args.repeats
     );
     let m = b.measure_grid(&grid, args.repeats)?;
-    let errors: Vec<f64> = m.mixed.iter().map(|&(p, t)| (p - t) / t).collect();
-    let worst = errors.iter().fold(0.0f64, |w, e| w.max(e.abs()));
+    for (q, p) in m.mixed.iter().zip(&m.mixed_predicted) {
+        eprintln!(
+            "  mixed {:>3} rows + {:>4} tokens: {:.2} ms measured, {:.2} predicted",
+            q.batch_size,
+            q.chunk_tokens,
+            q.time_s * 1e3,
+            p * 1e3
+        );
+    }
+    let worst = m
+        .mixed
+        .iter()
+        .zip(&m.mixed_predicted)
+        .fold(0.0f64, |w, (q, p)| w.max(((p - q.time_s) / q.time_s).abs()));
+    let rule = match m.table.mixed_rule {
+        MixedRule::Additive => "additive",
+        MixedRule::Merged => "merged",
+    };
     let description = format!(
-        "measured by sluice bench-model --profile in {:.0} s; step_overhead_s from {} mixed \
-         steps, on which the table's mixed-step rule is off by at most {:.1} %",
+        "measured by sluice bench-model --profile in {:.0} s; mixed steps priced by the {rule} \
+         rule, off by at most {:.1} % on the {} measured",
         m.cost_s,
-        m.mixed.len(),
-        100.0 * worst
+        100.0 * worst,
+        m.mixed.len()
     );
     let profile = Profile::Table(TableProfile {
         name: Some(format!("{model}, {} threads", args.threads)),
@@ -592,6 +632,7 @@ pub(super) fn write(
             repeats: args.repeats,
             cost_s: m.cost_s,
         }),
+        mixed_measured: Some(m.mixed),
         table: m.table,
     });
     profile
@@ -623,18 +664,30 @@ mod tests {
     #[test]
     fn the_default_grid_covers_the_engine_limits() {
         let g = Grid::new(&GridLimits {
-            max_num_batched_tokens: 2048,
+            max_num_batched_tokens: 1024,
             max_batch: 32,
             max_model_len: 2048,
             block_size: 16,
             repeats: 3,
         })
         .unwrap();
-        assert_eq!(g.chunks, [1, 16, 64, 256, 1024, 2047]);
-        assert_eq!(g.contexts, [0, 128, 512, 1536]);
+        assert_eq!(g.chunks, [1, 16, 32, 64, 128, 256, 512, 1024]);
+        // Up to where the largest chunk still fits: 2047 - 1024, in blocks.
+        assert_eq!(g.contexts, [0, 128, 512, 1008]);
         assert_eq!(g.batches, [1, 2, 4, 8, 16, 32]);
         // Prompts: the longest leaves 3 timed steps plus the sampled token.
         assert_eq!(g.prompts, [1, 63, 255, 1023, 2027]);
+        // A budget as long as the model: the chunks stop at ¾ of it.
+        let g = Grid::new(&GridLimits {
+            max_num_batched_tokens: 8192,
+            max_batch: 4,
+            max_model_len: 2048,
+            block_size: 16,
+            repeats: 3,
+        })
+        .unwrap();
+        assert_eq!(*g.chunks.last().unwrap(), 1536);
+        assert_eq!(g.contexts, [0, 128, 496]);
         assert_eq!(geometric(1, 2, 24), [1, 2, 4, 8, 16, 24]);
         assert_eq!(geometric(16, 4, 8), [8]);
     }

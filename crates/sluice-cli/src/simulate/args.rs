@@ -77,10 +77,11 @@ pub(super) struct RunArgs {
     /// The trace file with --dataset-name trace.
     #[arg(long, value_name = "FILE")]
     pub(super) dataset_path: Option<PathBuf>,
-    /// A Hugging Face tokenizer directory: --dataset-name random then
-    /// draws vLLM's own prompts and arrival times (NumPy's streams), the
-    /// requests `sluice bench` / `vllm bench serve` send with this seed.
-    #[arg(long, value_name = "DIR")]
+    /// A Hugging Face tokenizer directory or a GGUF file (its vocabulary):
+    /// --dataset-name random then draws vLLM's own prompts and arrival
+    /// times (NumPy's streams), the requests `sluice bench` / `vllm bench
+    /// serve` send with this seed.
+    #[arg(long, value_name = "DIR|FILE.gguf")]
     pub(super) tokenizer: Option<PathBuf>,
     #[arg(long, value_name = "N", default_value_t = 1024)]
     pub(super) random_input_len: usize,

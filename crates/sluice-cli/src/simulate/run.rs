@@ -251,7 +251,14 @@ pub(super) fn vllm_random_workload(
     }
     let seed = u32::try_from(args.seed)
         .map_err(|_| bad_config("--seed: with --tokenizer it must fit in 32 bits (NumPy's)"))?;
-    let tok = bench::dataset::BenchTokenizer::from_dir(dir)
+    // The tokenizer `sluice bench --tokenizer` takes: a GGUF file's
+    // vocabulary or a Hugging Face directory.
+    let tok = if sluice_model::gguf::is_gguf_model(dir) {
+        bench::dataset::BenchTokenizer::from_gguf(dir)
+    } else {
+        bench::dataset::BenchTokenizer::from_dir(dir)
+    };
+    let tok = tok
         .with_context(|| format!("--tokenizer {}", dir.display()))
         .map_err(crate::exit::config_error)?;
     let params = bench::dataset::RandomParams {
