@@ -63,16 +63,14 @@ fn names_in(dir: &Path) -> Vec<String> {
     names
 }
 
-/// The hybrid traces (`tests/data/traces/hybrid/`: sliding-window,
-/// chunked-local and full-attention groups in one pool), block for block,
-/// `new_blocks` per group.
-#[test]
-fn every_hybrid_golden_trace_replays_block_equivalent() {
-    let dir = data_dir().join("hybrid");
+/// Every golden trace of `tests/data/traces/<family>/` (at least `min`)
+/// replays block-equivalent to its vLLM log.
+fn family_replays_block_equivalent(family: &str, min: usize) {
+    let dir = data_dir().join(family);
     let names = names_in(&dir);
     assert!(
-        names.len() >= 16,
-        "expected the hybrid golden traces, found {}",
+        names.len() >= min,
+        "expected the {family} golden traces, found {}",
         names.len()
     );
     let failures: Vec<String> = names
@@ -81,11 +79,19 @@ fn every_hybrid_golden_trace_replays_block_equivalent() {
         .collect();
     assert!(
         failures.is_empty(),
-        "{} of {} hybrid traces differ from vLLM:\n{}",
+        "{} of {} {family} traces differ from vLLM:\n{}",
         failures.len(),
         names.len(),
         failures.join("\n")
     );
+}
+
+/// The hybrid traces (`tests/data/traces/hybrid/`: sliding-window,
+/// chunked-local and full-attention groups in one pool), block for block,
+/// `new_blocks` per group.
+#[test]
+fn every_hybrid_golden_trace_replays_block_equivalent() {
+    family_replays_block_equivalent("hybrid", 16);
 }
 
 /// The speculative-decoding traces (`tests/data/traces/speculative/`:
@@ -93,24 +99,7 @@ fn every_hybrid_golden_trace_replays_block_equivalent() {
 /// outputs), block for block, the scheduled drafts of every step included.
 #[test]
 fn every_speculative_golden_trace_replays_block_equivalent() {
-    let dir = data_dir().join("speculative");
-    let names = names_in(&dir);
-    assert!(
-        names.len() >= 20,
-        "expected the speculative golden traces, found {}",
-        names.len()
-    );
-    let failures: Vec<String> = names
-        .iter()
-        .filter_map(|n| compare_in(&dir, n).err())
-        .collect();
-    assert!(
-        failures.is_empty(),
-        "{} of {} speculative traces differ from vLLM:\n{}",
-        failures.len(),
-        names.len(),
-        failures.join("\n")
-    );
+    family_replays_block_equivalent("speculative", 20);
 }
 
 #[test]

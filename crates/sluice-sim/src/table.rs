@@ -265,31 +265,25 @@ impl TableModel {
         )
     }
 
-    /// A mixed step under the merged rule: `chunk_tokens` prefill tokens on
+    /// A mixed step under `rule`: `chunk_tokens` prefill tokens on
     /// `context` cached beside `rows` decode rows of `mean_context`.
-    pub fn merged_time(
+    pub fn mixed_time(
         &self,
-        chunk_tokens: f64,
-        context: f64,
-        rows: f64,
-        mean_context: f64,
+        rule: MixedRule,
+        (chunk_tokens, context): (f64, f64),
+        (rows, mean_context): (f64, f64),
     ) -> f64 {
-        let shortest = self.decode.mean_context.first().copied().unwrap_or(0.0);
-        let attention =
-            (self.decode_time(rows, mean_context) - self.decode_time(rows, shortest)).max(0.0);
-        self.prefill_time(chunk_tokens + rows, context) + attention
-    }
-
-    /// A mixed step under the additive rule.
-    pub fn additive_time(
-        &self,
-        chunk_tokens: f64,
-        context: f64,
-        rows: f64,
-        mean_context: f64,
-    ) -> f64 {
-        self.prefill_time(chunk_tokens, context) + self.decode_time(rows, mean_context)
-            - self.step_overhead_s
+        let decode = self.decode_time(rows, mean_context);
+        match rule {
+            MixedRule::Additive => {
+                self.prefill_time(chunk_tokens, context) + decode - self.step_overhead_s
+            }
+            MixedRule::Merged => {
+                let shortest = self.decode.mean_context.first().copied().unwrap_or(0.0);
+                let attention = (decode - self.decode_time(rows, shortest)).max(0.0);
+                self.prefill_time(chunk_tokens + rows, context) + attention
+            }
+        }
     }
 
     /// The decode entry at `batch_size` rows of `mean_context`.
@@ -351,18 +345,10 @@ impl StepTimeModel for TableModel {
     }
 
     fn step_time(&self, step: &StepShape) -> f64 {
-        let (prefill, decode) = lookup(step);
-        if let (MixedRule::Merged, Some((pn, pc)), Some((dn, dc))) =
-            (self.mixed_rule, prefill, decode)
-        {
-            return self.merged_time(pn, pc, dn, dc).max(MIN_PREDICTION_S);
-        }
-        let prefill = prefill.map(|(n, c)| self.prefill_time(n, c));
-        let decode = decode.map(|(n, c)| self.decode_time(n, c));
-        let t = match (prefill, decode) {
-            (Some(p), Some(d)) => p + d - self.step_overhead_s,
-            (Some(p), None) => p,
-            (None, Some(d)) => d,
+        let t = match lookup(step) {
+            (Some(p), Some(d)) => self.mixed_time(self.mixed_rule, p, d),
+            (Some((n, c)), None) => self.prefill_time(n, c),
+            (None, Some((n, c))) => self.decode_time(n, c),
             (None, None) => self.step_overhead_s,
         };
         t.max(MIN_PREDICTION_S)

@@ -154,16 +154,8 @@ fn secs(t: f64) -> f64 {
     (t * 1e7).round() / 1e7
 }
 
-/// Median of `v` (not empty).
 fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let n = s.len();
-    if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    }
+    super::median(v.to_vec())
 }
 
 fn spread(v: &[f64]) -> f64 {
@@ -516,11 +508,8 @@ impl Bench {
             points
                 .iter()
                 .map(|q| {
-                    let (c, x, b, mc) = (q.chunk_tokens, q.context, q.batch_size, q.mean_context);
-                    match rule {
-                        MixedRule::Additive => t.additive_time(c, x, b, mc),
-                        MixedRule::Merged => t.merged_time(c, x, b, mc),
-                    }
+                    let chunk = (q.chunk_tokens, q.context);
+                    t.mixed_time(rule, chunk, (q.batch_size, q.mean_context))
                 })
                 .collect()
         };
