@@ -46,9 +46,11 @@ pub struct StepRecord {
     pub speculative: bool,
 }
 
-fn push_blocks(o: &mut String, blocks: &[BlockId]) {
+/// A JSON list of numbers (block ids, draft tokens), formatted like the
+/// golden logs.
+fn push_numbers<T: std::fmt::Display>(o: &mut String, items: &[T]) {
     o.push('[');
-    for (i, b) in blocks.iter().enumerate() {
+    for (i, b) in items.iter().enumerate() {
         if i > 0 {
             o.push_str(", ");
         }
@@ -121,7 +123,7 @@ impl StepRecord {
         let grouped = self.grouped;
         push_map(&mut o, &self.new_blocks, |o, groups| {
             if !grouped {
-                push_blocks(o, groups.first().map_or(&[], Vec::as_slice));
+                push_numbers(o, groups.first().map_or(&[], Vec::as_slice));
                 return;
             }
             o.push('[');
@@ -129,21 +131,14 @@ impl StepRecord {
                 if i > 0 {
                     o.push_str(", ");
                 }
-                push_blocks(o, blocks);
+                push_numbers(o, blocks);
             }
             o.push(']');
         });
         if self.speculative {
             o.push_str(", \"spec_tokens\": ");
             push_map(&mut o, &self.spec_tokens, |o, tokens| {
-                o.push('[');
-                for (i, t) in tokens.iter().enumerate() {
-                    if i > 0 {
-                        o.push_str(", ");
-                    }
-                    let _ = write!(o, "{t}");
-                }
-                o.push(']');
+                push_numbers(o, tokens)
             });
         }
         o.push('}');

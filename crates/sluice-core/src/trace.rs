@@ -64,7 +64,10 @@ impl fmt::Display for TraceError {
 
 impl std::error::Error for TraceError {}
 
-fn fail<T>(path: impl Into<String>, message: impl Into<String>) -> Result<T, TraceError> {
+pub(crate) fn fail<T>(
+    path: impl Into<String>,
+    message: impl Into<String>,
+) -> Result<T, TraceError> {
     Err(TraceError {
         path: path.into(),
         message: message.into(),

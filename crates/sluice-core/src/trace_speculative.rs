@@ -13,18 +13,11 @@
 
 use crate::config::SchedulerConfig;
 use crate::output::PLACEHOLDER_TOKEN_ID;
-use crate::trace::TraceError;
+use crate::trace::{fail, TraceError};
 use serde_json::Value;
 
 /// The most drafts a trace may schedule per request and step.
 pub const MAX_SPECULATIVE_TOKENS: u64 = 256;
-
-fn fail<T>(path: String, message: impl Into<String>) -> Result<T, TraceError> {
-    Err(TraceError {
-        path,
-        message: message.into(),
-    })
-}
 
 /// Applies `config.speculative_config` (absent: no speculative decoding) to
 /// `cfg`.
@@ -37,7 +30,7 @@ pub(crate) fn apply_speculative_config(
     };
     let at = "config.speculative_config";
     let Some(map) = v.as_object() else {
-        return fail(at.into(), "expected an object");
+        return fail(at, "expected an object");
     };
     for key in map.keys() {
         if key != "method" && key != "num_speculative_tokens" {
