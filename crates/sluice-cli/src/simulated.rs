@@ -179,7 +179,8 @@ pub fn simulated_executor(
     Ok(
         SimulatedExecutor::new(step_model, blocks, sched.block_size, vocab, seed)
             .with_excluded_tokens(eos_ids)
-            .with_kv_cache_groups(shape.kv_layer_groups(grouping).specs),
+            .with_kv_cache_groups(shape.kv_layer_groups(grouping).specs)
+            .with_outside_range_warning(Box::new(logging::warn)),
     )
 }
 

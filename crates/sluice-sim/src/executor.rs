@@ -27,9 +27,15 @@
 //! - Logprobs: a request that asks for them gets the sampled token with
 //!   the uniform distribution's logprob, rank 1, as its only top entry;
 //!   prompt logprobs are not produced.
+//! - Steps outside the model's measured range
+//!   (`StepTimeModel::outside_range`, a table profile's grid) are counted
+//!   (`steps_outside_range`) and reported through the warning hook
+//!   (`with_outside_range_warning`) at the 1st, 2nd, 4th, 8th, … such
+//!   step: a server runs without end, so a report at exit would come too
+//!   late and one per step would flood the log.
 
 use crate::speculation::SimSpeculation;
-use crate::step::{ShapeTracker, StepTimeModel};
+use crate::step::{RowShape, ShapeTracker, StepShape, StepTimeModel};
 use crate::workload::Rng;
 use anyhow::{anyhow, bail, Result};
 use sluice_core::kv_cache::KvCacheGroupSpec;
@@ -39,6 +45,9 @@ use sluice_core::{
 };
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
+
+/// Where a simulated executor reports (the server's log).
+pub type Warning = Box<dyn Fn(&str) + Send>;
 
 /// Below this much time left, the executor yields instead of sleeping:
 /// `thread::sleep` overshoots by tens of microseconds or more.
@@ -74,6 +83,9 @@ pub struct SimulatedExecutor {
     /// The requests that sampled in the last step, and its batch size.
     sampled: Vec<RequestId>,
     last_batch: usize,
+    /// Steps whose shape lay outside the model's measured range.
+    outside: u64,
+    warn_outside: Option<Warning>,
 }
 
 impl SimulatedExecutor {
@@ -103,6 +115,44 @@ impl SimulatedExecutor {
             speculation: None,
             sampled: Vec::new(),
             last_batch: 0,
+            outside: 0,
+            warn_outside: None,
+        }
+    }
+
+    /// Where to report steps outside the model's measured range (see the
+    /// module docs); unreported unless set.
+    pub fn with_outside_range_warning(mut self, warn: Warning) -> Self {
+        self.warn_outside = Some(warn);
+        self
+    }
+
+    /// Steps run so far whose shape lay outside the model's measured range.
+    pub fn steps_outside_range(&self) -> u64 {
+        self.outside
+    }
+
+    /// Counts `shape` if it lies outside the model's range, and reports at
+    /// each power-of-two count.
+    fn account_range(&mut self, shape: &StepShape) {
+        if !self.model.outside_range(shape) {
+            return;
+        }
+        self.outside += 1;
+        if let (true, Some(warn)) = (self.outside.is_power_of_two(), &self.warn_outside) {
+            let (prefill, decode): (Vec<&RowShape>, Vec<&RowShape>) =
+                shape.rows.iter().partition(|r| !r.is_decode());
+            warn(&format!(
+                "simulated executor: {} of {} steps so far were outside the profile's measured \
+                 grid, their times extrapolated; the latest: {} prefill tokens in {} rows, {} \
+                 decode rows, {} context tokens",
+                self.outside,
+                self.steps,
+                prefill.iter().map(|r| r.new_tokens).sum::<usize>(),
+                prefill.len(),
+                decode.len(),
+                shape.rows.iter().map(|r| r.context_before).sum::<usize>(),
+            ));
         }
     }
 
@@ -315,6 +365,7 @@ impl Executor for SimulatedExecutor {
         }
         self.predicted_s += dt;
         self.steps += 1;
+        self.account_range(&shape);
         sleep_until(start + Duration::from_secs_f64(dt.min(1e6)));
         Ok(out)
     }
@@ -440,6 +491,34 @@ mod tests {
         assert_eq!(exec.num_steps(), 3);
         assert!((exec.predicted_seconds() - 0.06).abs() < 1e-12);
         assert!(t0.elapsed() >= Duration::from_millis(60));
+    }
+
+    /// Decode steps lie outside its range; the prefill step does not.
+    struct DecodeOutside;
+    impl StepTimeModel for DecodeOutside {
+        fn step_time(&self, _step: &StepShape) -> f64 {
+            0.0
+        }
+        fn outside_range(&self, step: &StepShape) -> bool {
+            step.rows.iter().all(|r| r.is_decode())
+        }
+    }
+
+    #[test]
+    fn steps_outside_the_range_are_counted_and_reported_at_powers_of_two() {
+        let said = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let sink = said.clone();
+        let mut exec = SimulatedExecutor::new(Box::new(DecodeOutside), 64, 16, 100, 0)
+            .with_outside_range_warning(Box::new(move |m| sink.lock().unwrap().push(m.into())));
+        // One prefill step (inside), then 9 decode steps (outside).
+        run(&mut exec, SamplingParams::greedy(10), 10);
+        assert_eq!(exec.num_steps(), 10);
+        assert_eq!(exec.steps_outside_range(), 9);
+        let said = said.lock().unwrap();
+        let counts: Vec<&str> = said.iter().map(|m| m.split(' ').nth(2).unwrap()).collect();
+        assert_eq!(counts, ["1", "2", "4", "8"]);
+        assert!(said[0].contains("1 of 2 steps so far"), "{}", said[0]);
+        assert!(said[0].contains("0 prefill tokens in 0 rows, 1 decode rows, 3 context"));
     }
 
     #[test]
