@@ -16,7 +16,9 @@
 # Environment: THREADS (default 2) model threads; PORT (8321); REUSE=1 keeps
 # what OUT_DIR already holds (a profile, measurements) and redoes the rest;
 # LOAD_FORMAT=dummy serves (and profiles) a model directory's shape with
-# random weights.
+# random weights; ONLY="c16 prefix ..." runs those workloads alone (c16 is
+# always among them: the fitted path is fitted on it; p30/p70/p110 take
+# their rates from c64's measurement, so they need c64).
 #
 # Workloads (the engine's limits: 1024 tokens a step, 64 requests, 2048
 # tokens a request, serve's default KV cache):
@@ -39,6 +41,9 @@ threads=${THREADS:-2}
 limits=(--max-num-batched-tokens 1024 --max-num-seqs 64 --max-model-len 2048)
 load=()
 if [ -n "${LOAD_FORMAT:-}" ]; then load=(--load-format "$LOAD_FORMAT"); fi
+only=${ONLY:-}
+if [ -n "$only" ] && [[ " $only " != *" c16 "* ]]; then only="c16 $only"; fi
+selected() { [ -z "$only" ] || [[ " $only " == *" $1 "* ]]; }
 
 if [ -z "${REUSE:-}" ] || [ ! -s "$out/profile.json" ]; then
   "$bin" bench-model --model "$model" "${load[@]}" --threads "$threads" \
@@ -106,6 +111,7 @@ measure() { # name round extra flags
 for round in 1 2; do
   for w in "${workloads[@]}"; do
     IFS='|' read -r name extra flags <<<"$w"
+    selected "$name" || continue
     measure "$name" "$round" "$extra" "$(flags_of "$flags")"
   done
 done
@@ -116,6 +122,7 @@ done
 
 for w in "${workloads[@]}"; do
   IFS='|' read -r name extra flags <<<"$w"
+  selected "$name" || continue
   flags=$(flags_of "$flags")
   for p in profile fitted-c16; do
     kv=$extra
@@ -129,10 +136,14 @@ for w in "${workloads[@]}"; do
   done
 done
 
-python3 - "$out" <<'PY'
+names=()
+for w in "${workloads[@]}"; do
+  name=${w%%|*}
+  if selected "$name"; then names+=("$name"); fi
+done
+python3 - "$out" "${names[@]}" <<'PY'
 import json, os, re, sys
-out = sys.argv[1]
-names = ["c1", "c16", "c64", "p30", "p70", "p110", "longprompt", "longoutput", "prefix", "preempt"]
+out, names = sys.argv[1], sys.argv[2:]
 keys = [("median_ttft_ms", "TTFT p50 ms"), ("median_tpot_ms", "TPOT p50 ms"),
         ("output_throughput", "out tok/s")]
 def load(n): return json.load(open(os.path.join(out, n)))

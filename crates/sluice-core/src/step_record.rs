@@ -14,6 +14,9 @@
 //!  "kv_blocks_touched":190,"forward_s":0.0123,"step_s":0.0131,
 //!  "rows":[[512,0,1],[1,700,1]]}
 //! ```
+//!
+//! A step where rows share cached blocks adds `"shared_context":[0,640]`,
+//! one count per row (`StepShape`'s `shared_context`).
 
 use crate::step_shape::{RowShape, StepShape};
 use serde::{Deserialize, Serialize};
@@ -43,6 +46,11 @@ pub struct StepRecord {
     pub step_s: f64,
     /// `[new_tokens, context_before, samples (0/1)]` per scheduled row.
     pub rows: Vec<[usize; 3]>,
+    /// Each row's `shared_context` (`StepShape`'s: cached tokens in blocks
+    /// an earlier row of the step also reads), in row order; absent when
+    /// no row shares (and in logs written before it existed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shared_context: Vec<usize>,
 }
 
 impl StepRecord {
@@ -67,6 +75,9 @@ impl StepRecord {
             r.rows
                 .push([row.new_tokens, row.context_before, row.samples as usize]);
         }
+        if shape.rows.iter().any(|row| row.shared_context > 0) {
+            r.shared_context = shape.rows.iter().map(|row| row.shared_context).collect();
+        }
         r
     }
 
@@ -76,10 +87,12 @@ impl StepRecord {
             rows: self
                 .rows
                 .iter()
-                .map(|&[new_tokens, context_before, samples]| RowShape {
+                .enumerate()
+                .map(|(i, &[new_tokens, context_before, samples])| RowShape {
                     new_tokens,
                     context_before,
                     samples: samples != 0,
+                    shared_context: self.shared_context.get(i).copied().unwrap_or(0),
                 })
                 .collect(),
         }
@@ -98,11 +111,13 @@ mod tests {
                     new_tokens: 512,
                     context_before: 0,
                     samples: true,
+                    shared_context: 0,
                 },
                 RowShape {
                     new_tokens: 1,
                     context_before: 700,
                     samples: true,
+                    shared_context: 0,
                 },
             ],
         };
@@ -114,5 +129,33 @@ mod tests {
         let line = serde_json::to_string(&r).unwrap();
         let back: StepRecord = serde_json::from_str(&line).unwrap();
         assert_eq!(back.shape(), shape);
+    }
+
+    #[test]
+    fn shared_context_is_kept_and_defaults_to_none() {
+        let row = |context_before, shared_context| RowShape {
+            new_tokens: 1,
+            context_before,
+            samples: true,
+            shared_context,
+        };
+        let shape = StepShape {
+            rows: vec![row(700, 0), row(700, 688)],
+        };
+        let line = serde_json::to_string(&StepRecord::from_shape(&shape, 16)).unwrap();
+        assert!(line.contains(r#""shared_context":[0,688]"#), "{line}");
+        let back: StepRecord = serde_json::from_str(&line).unwrap();
+        assert_eq!(back.shape(), shape);
+        // No sharing: no key; a line without it reads as no sharing.
+        let plain = StepShape {
+            rows: vec![row(700, 0)],
+        };
+        let line = serde_json::to_string(&StepRecord::from_shape(&plain, 16)).unwrap();
+        assert!(!line.contains("shared_context"), "{line}");
+        let old = r#"{"step":1,"t_s":0.5,"num_reqs":1,"num_prefill_reqs":0,"num_decode_reqs":1,
+            "prefill_tokens":0,"decode_tokens":1,"sum_context_len":701,"kv_blocks_touched":44,
+            "forward_s":0.01,"step_s":0.011,"rows":[[1,700,1]]}"#;
+        let back: StepRecord = serde_json::from_str(old).unwrap();
+        assert_eq!(back.shape(), plain);
     }
 }

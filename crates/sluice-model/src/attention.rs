@@ -29,9 +29,11 @@
 //! sequence of operations whatever else is in its item): batched, chunked
 //! and single-request runs give bitwise identical numbers.
 //!
-//! Kernels: an AVX-512F one written with `std::arch` intrinsics, and a
-//! portable one compiled twice (with AVX2+FMA enabled, and plain), picked at
-//! run time by the kernels' one dispatch (`KernelFamily::Attention`).
+//! Kernels: an AVX-512F one and an AVX2+FMA one written with `std::arch`
+//! intrinsics (the same algorithm on 512- and 256-bit vectors), and a
+//! portable one compiled twice (with AVX2+FMA enabled, for heads the AVX2
+//! kernel does not take, and plain), picked at run time by the kernels' one
+//! dispatch (`KernelFamily::Attention`).
 //!
 //! Cache element types: an f32 cache is read in place; a bf16, f16 or
 //! q8_0 one is decoded a chunk of 16 keys at a time into two small f32
@@ -42,6 +44,8 @@
 //! (`kv_cache::KvTensor`), so the bitwise promise above holds for every
 //! type.
 
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 mod portable;
@@ -240,7 +244,7 @@ pub fn paged_attention(
     }
     let out_ptr = SyncPtr(out.as_mut_ptr());
     let out_len = out.len();
-    let kernel = select_kernel();
+    let kernel = select_kernel(shape.head_dim);
     let items: &[WorkItem] = items;
     parallel_for(items.len(), |i| {
         let w = items[i];
@@ -274,11 +278,13 @@ type Kernel = unsafe fn(&Item<'_>, &mut [f32], &mut Scratch);
 /// The attention kernel of the path the kernels' one dispatch gives the
 /// attention family (so `SLUICE_KERNEL` / `set_kernel_path` steer it like
 /// every other kernel).
-fn select_kernel() -> Kernel {
+fn select_kernel(head_dim: usize) -> Kernel {
     use crate::kernels::{select_path, KernelFamily, KernelPath};
     match select_path(KernelFamily::Attention, None) {
         #[cfg(target_arch = "x86_64")]
         KernelPath::Avx512 => avx512::attend,
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx2 if avx2::supports(head_dim) => avx2::attend,
         #[cfg(target_arch = "x86_64")]
         KernelPath::Avx2 => portable::attend_avx2,
         _ => portable::attend_plain,

@@ -107,7 +107,7 @@ impl SimulatedExecutor {
             excluded: Vec::new(),
             block_size,
             kv_cache_groups: vec![KvCacheGroupSpec::FULL],
-            tracker: ShapeTracker::new(),
+            tracker: ShapeTracker::with_block_size(block_size),
             reqs: HashMap::new(),
             step_started: None,
             predicted_s: 0.0,

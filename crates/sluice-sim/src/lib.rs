@@ -74,6 +74,6 @@ pub use sim::{PdConfig, RequestTimeline, SimError, SimRequest, SimResult, Simula
 pub use slo::{Goodput, Slo};
 pub use speculation::SimSpeculation;
 pub use step::{ConstantStepTime, RowShape, StepShape, StepTimeModel};
-pub use table::{MixedRule, TableModel};
+pub use table::{MixedRule, SharedDecode, TableModel};
 pub use traces::{load_trace, LoadedTrace, ReplayInfo, TraceFileError};
 pub use workload::{RandomWorkload, Rng};

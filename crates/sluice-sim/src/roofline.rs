@@ -257,6 +257,7 @@ mod tests {
             new_tokens: 1,
             context_before: context,
             samples: true,
+            shared_context: 0,
         }
     }
 
@@ -289,6 +290,7 @@ mod tests {
                 new_tokens: 100,
                 context_before: 0,
                 samples: false,
+                shared_context: 0,
             }],
         };
         // qkv: flops 2·100·32 = 6400 → 12.8; bytes (32 + 1200)·2 → 24.64.

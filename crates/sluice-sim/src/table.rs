@@ -28,6 +28,16 @@
 //! step, as the hardware reads them, but the attention of several short rows
 //! as one longer one.
 //!
+//! Decode rows that share cached blocks (a common prefix hit in the prefix
+//! cache; `RowShape::shared_context`) read that KV once per step, not once
+//! per row. A table may carry `decode.shared`: the same grid measured with
+//! every row on one cached prefix (`time_s`), and the fraction of the rows'
+//! context that was shared there (`fraction`: shared tokens ÷ Σ context).
+//! A decode part whose shared fraction is `f` then costs `distinct + (f ÷
+//! fraction) · (shared − distinct)`, both entries interpolated at the
+//! step's batch and mean context; without `decode.shared` sharing is not
+//! priced (every row's context is taken as its own).
+//!
 //! Interpolation is bilinear within the grid. Below an axis's first point
 //! the value is held (a smaller shape is not assumed to be faster than
 //! the smallest measured); beyond its last point it is extrapolated
@@ -41,7 +51,9 @@
 //! {"prefill": {"chunk_tokens": [256, 1024, 4096], "context": [0, 4096],
 //!              "time_s": [[0.020, 0.024], [0.060, 0.070], [0.230, 0.260]]},
 //!  "decode": {"batch_size": [1, 16, 64], "mean_context": [512, 4096],
-//!             "time_s": [[0.011, 0.012], [0.013, 0.018], [0.020, 0.040]]},
+//!             "time_s": [[0.011, 0.012], [0.013, 0.018], [0.020, 0.040]],
+//!             "shared": {"time_s": [[0.011, 0.012], [0.012, 0.014], [0.016, 0.022]],
+//!                        "fraction": [[0, 0], [0.88, 0.93], [0.92, 0.98]]}},
 //!  "step_overhead_s": 0.004}
 //! ```
 //!
@@ -77,6 +89,19 @@ pub struct DecodeTable {
     /// As [`PrefillTable::spread_s`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spread_s: Option<Vec<Vec<f64>>>,
+    /// The grid measured with every row on one cached prefix ([module
+    /// docs](self)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared: Option<SharedDecode>,
+}
+
+/// Decode steps whose rows share one cached prefix, on the decode grid.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SharedDecode {
+    pub time_s: Vec<Vec<f64>>,
+    /// Shared tokens ÷ Σ context of each point's steps, in [0, 1].
+    pub fraction: Vec<Vec<f64>>,
 }
 
 /// Measured step times, interpolated ([module docs](self)).
@@ -231,6 +256,22 @@ impl TableModel {
             &d.time_s,
             d.spread_s.as_deref(),
         )?;
+        if let Some(sh) = &d.shared {
+            let axes = (
+                ("batch_size", d.batch_size.as_slice()),
+                ("mean_context", d.mean_context.as_slice()),
+            );
+            check_values("decode.shared", "time_s", axes.0, axes.1, &sh.time_s)?;
+            check_values("decode.shared", "fraction", axes.0, axes.1, &sh.fraction)?;
+            for (i, row) in sh.fraction.iter().enumerate() {
+                if let Some(j) = row.iter().position(|&f| f > 1.0) {
+                    return Err(format!(
+                        "`decode.shared.fraction[{i}][{j}]`: {}, expected a fraction in [0, 1]",
+                        row[j]
+                    ));
+                }
+            }
+        }
         if !(self.step_overhead_s.is_finite() && self.step_overhead_s >= 0.0) {
             return Err(format!(
                 "`step_overhead_s`: {}, expected a non-negative number of seconds",
@@ -270,10 +311,21 @@ impl TableModel {
     pub fn mixed_time(
         &self,
         rule: MixedRule,
-        (chunk_tokens, context): (f64, f64),
+        chunk: (f64, f64),
         (rows, mean_context): (f64, f64),
     ) -> f64 {
-        let decode = self.decode_time(rows, mean_context);
+        self.mixed_time_shared(rule, chunk, (rows, mean_context, 0.0))
+    }
+
+    /// As `mixed_time`, the decode rows' context `shared` shared
+    /// (`decode_time_shared`).
+    pub fn mixed_time_shared(
+        &self,
+        rule: MixedRule,
+        (chunk_tokens, context): (f64, f64),
+        (rows, mean_context, shared): (f64, f64, f64),
+    ) -> f64 {
+        let decode = self.decode_time_shared(rows, mean_context, shared);
         match rule {
             MixedRule::Additive => {
                 self.prefill_time(chunk_tokens, context) + decode - self.step_overhead_s
@@ -297,21 +349,49 @@ impl TableModel {
             mean_context,
         )
     }
+
+    /// `batch_size` decode rows of `mean_context`, the fraction `shared`
+    /// of their context shared ([module docs](self)); the plain entry
+    /// without `decode.shared`.
+    pub fn decode_time_shared(&self, batch_size: f64, mean_context: f64, shared: f64) -> f64 {
+        let distinct = self.decode_time(batch_size, mean_context);
+        let d = &self.decode;
+        let Some(sh) = d.shared.as_ref().filter(|_| shared > 0.0) else {
+            return distinct;
+        };
+        let at = |grid: &[Vec<f64>]| {
+            interpolate(
+                &d.batch_size,
+                &d.mean_context,
+                grid,
+                batch_size,
+                mean_context,
+            )
+        };
+        let reference = at(&sh.fraction);
+        if reference <= 0.0 {
+            return distinct;
+        }
+        let w = (shared / reference).min(1.0 / reference);
+        (distinct + w * (at(&sh.time_s) - distinct)).max(0.0)
+    }
 }
 
 /// A step as the tables see it: its prefill rows as one chunk (tokens,
 /// token-weighted mean cached context) and its decode rows as one batch
-/// (rows, mean context); `None` for a part the step lacks.
-type Lookup = (Option<(f64, f64)>, Option<(f64, f64)>);
+/// (rows, mean context, the shared fraction of their context); `None` for
+/// a part the step lacks.
+type Lookup = (Option<(f64, f64)>, Option<(f64, f64, f64)>);
 
 fn lookup(step: &StepShape) -> Lookup {
     let (mut p_tokens, mut p_ctx_weighted) = (0.0, 0.0);
-    let (mut d_rows, mut d_ctx) = (0.0, 0.0);
+    let (mut d_rows, mut d_ctx, mut d_shared) = (0.0, 0.0, 0.0);
     for r in &step.rows {
         let (n, c) = (r.new_tokens as f64, r.context_before as f64);
         if r.is_decode() {
             d_rows += 1.0;
             d_ctx += c + n;
+            d_shared += r.shared_context as f64;
         } else {
             p_tokens += n;
             p_ctx_weighted += n * c;
@@ -319,7 +399,7 @@ fn lookup(step: &StepShape) -> Lookup {
     }
     (
         (p_tokens > 0.0).then(|| (p_tokens, p_ctx_weighted / p_tokens)),
-        (d_rows > 0.0).then(|| (d_rows, d_ctx / d_rows)),
+        (d_rows > 0.0).then(|| (d_rows, d_ctx / d_rows, d_shared / d_ctx)),
     )
 }
 
@@ -332,7 +412,7 @@ fn off_axis(axis: &[f64], v: f64) -> bool {
 impl StepTimeModel for TableModel {
     fn outside_range(&self, step: &StepShape) -> bool {
         let (mut prefill, decode) = lookup(step);
-        if let (MixedRule::Merged, Some((n, _)), Some((rows, _))) =
+        if let (MixedRule::Merged, Some((n, _)), Some((rows, _, _))) =
             (self.mixed_rule, prefill.as_mut(), decode)
         {
             // The merged rule looks the chunk up with the decode rows in it.
@@ -341,14 +421,14 @@ impl StepTimeModel for TableModel {
         let (p, d) = (&self.prefill, &self.decode);
         prefill.is_some_and(|(n, c)| off_axis(&p.chunk_tokens, n) || off_axis(&p.context, c))
             || decode
-                .is_some_and(|(n, c)| off_axis(&d.batch_size, n) || off_axis(&d.mean_context, c))
+                .is_some_and(|(n, c, _)| off_axis(&d.batch_size, n) || off_axis(&d.mean_context, c))
     }
 
     fn step_time(&self, step: &StepShape) -> f64 {
         let t = match lookup(step) {
-            (Some(p), Some(d)) => self.mixed_time(self.mixed_rule, p, d),
+            (Some(p), Some(d)) => self.mixed_time_shared(self.mixed_rule, p, d),
             (Some((n, c)), None) => self.prefill_time(n, c),
-            (None, Some((n, c))) => self.decode_time(n, c),
+            (None, Some((n, c, f))) => self.decode_time_shared(n, c, f),
             (None, None) => self.step_overhead_s,
         };
         t.max(MIN_PREDICTION_S)
@@ -389,6 +469,7 @@ mod tests {
                 mean_context: ys.to_vec(),
                 time_s: grid(3),
                 spread_s: None,
+                shared: None,
             },
             step_overhead_s: 0.0005,
             mixed_rule: MixedRule::Additive,
@@ -446,6 +527,7 @@ mod tests {
             new_tokens,
             context_before,
             samples: true,
+            shared_context: 0,
         };
         let step = |rows: Vec<RowShape>| StepShape { rows };
         // Inside: chunks of 1..256 tokens on 0..512 cached, 1..256 decode
@@ -484,6 +566,7 @@ mod tests {
                 mean_context: vec![2.0, 102.0],
                 time_s: vec![vec![0.003, 0.0035], vec![0.004, 0.006]],
                 spread_s: None,
+                shared: None,
             },
             step_overhead_s: 0.002,
             mixed_rule: MixedRule::Additive,
@@ -492,6 +575,7 @@ mod tests {
             new_tokens,
             context_before,
             samples: true,
+            shared_context: 0,
         };
         // Four decode rows at context 101 (+1: their own token) and a chunk.
         let mut rows = vec![row(1, 101); 4];
@@ -513,6 +597,55 @@ mod tests {
         assert_eq!(TableModel::from_json_str(&text, "t.json").unwrap(), t);
         t.mixed_rule = MixedRule::Additive;
         assert!(!serde_json::to_string(&t).unwrap().contains("mixed_rule"));
+    }
+
+    /// Shared-prefix pricing by hand: 4 rows at mean context 102, the
+    /// shared grid measured at fraction 0.6 there (0.006 distinct, 0.0045
+    /// shared). Half the rows' context shared is 0.5 / 0.6 of the way; no
+    /// sharing is the distinct entry; a table without `decode.shared`
+    /// ignores sharing.
+    #[test]
+    fn shared_context_interpolates_between_distinct_and_shared() {
+        let mut t = monotone_table(&[1.0, 4.0], &[2.0, 102.0], &[0.001]);
+        t.decode.time_s = vec![vec![0.003, 0.0035], vec![0.004, 0.006]];
+        let row = |shared_context| RowShape {
+            new_tokens: 1,
+            context_before: 101,
+            samples: true,
+            shared_context,
+        };
+        // 4 rows × 102 = 408 context tokens; 204 shared is half.
+        let half = StepShape {
+            rows: vec![row(0), row(68), row(68), row(68)],
+        };
+        let none = StepShape {
+            rows: vec![row(0); 4],
+        };
+        assert!((t.step_time(&half) - 0.006).abs() < 1e-12);
+        t.decode.shared = Some(SharedDecode {
+            time_s: vec![vec![0.003, 0.0035], vec![0.004, 0.0045]],
+            fraction: vec![vec![0.0, 0.0], vec![0.6, 0.6]],
+        });
+        t.validate().unwrap();
+        let want = 0.006 + 0.5 / 0.6 * (0.0045 - 0.006);
+        assert!((t.step_time(&half) - want).abs() < 1e-12);
+        assert!((t.step_time(&none) - 0.006).abs() < 1e-12);
+        // On the shared grid point itself: the shared entry.
+        assert!((t.decode_time_shared(4.0, 102.0, 0.6) - 0.0045).abs() < 1e-12);
+        // A one-row step (no reference fraction) is the distinct entry.
+        assert!((t.decode_time_shared(1.0, 102.0, 0.5) - 0.0035).abs() < 1e-12);
+        // Round trip, and a fraction above 1 is named.
+        let text = serde_json::to_string(&t).unwrap();
+        assert_eq!(TableModel::from_json_str(&text, "t.json").unwrap(), t);
+        t.decode.shared.as_mut().unwrap().fraction[1][0] = 1.5;
+        let e = t.validate().unwrap_err();
+        assert!(e.contains("`decode.shared.fraction[1][0]`: 1.5"), "{e}");
+        t.decode.shared.as_mut().unwrap().time_s.pop();
+        let e = t.validate().unwrap_err();
+        assert!(
+            e.contains("`decode.shared.time_s`: 1 rows, expected 2"),
+            "{e}"
+        );
     }
 
     #[test]

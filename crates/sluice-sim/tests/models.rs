@@ -35,6 +35,7 @@ fn decode(context: usize) -> RowShape {
         new_tokens: 1,
         context_before: context,
         samples: true,
+        shared_context: 0,
     }
 }
 
@@ -56,6 +57,7 @@ fn random_step(rng: &mut Rng) -> StepShape {
                 new_tokens: rng.range_inclusive(scale.max(2) / 2, scale),
                 context_before: rng.range_inclusive(0, 8000),
                 samples: rng.range_inclusive(0, 1) == 1,
+                shared_context: 0,
             });
         }
     }
@@ -351,6 +353,7 @@ fn a_mixed_step_pays_the_overhead_once() {
         new_tokens: 256,
         context_before: 0,
         samples: true,
+        shared_context: 0,
     };
     // 16 decode rows at context 4095 + 1.
     let decodes = vec![decode(4095); 16];
@@ -450,6 +453,7 @@ fn tensor_parallel_two_is_faster_for_large_batches_and_pays_all_reduces() {
             new_tokens: 4096,
             context_before: 0,
             samples: true,
+            shared_context: 0,
         }],
     };
     for step in [&big, &prefill] {

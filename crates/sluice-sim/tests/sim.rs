@@ -99,6 +99,7 @@ fn decode_step(batch: usize, context: usize) -> StepShape {
                 new_tokens: 1,
                 context_before: context,
                 samples: true,
+                shared_context: 0,
             };
             batch
         ],
@@ -134,6 +135,7 @@ fn h200_is_faster_than_a100() {
             new_tokens: 2048,
             context_before: 0,
             samples: true,
+            shared_context: 0,
         }],
     };
     for shape in [ModelShape::QWEN2_5_7B, ModelShape::LLAMA_3_1_70B] {

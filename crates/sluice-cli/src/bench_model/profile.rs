@@ -27,6 +27,13 @@
 //!   largest first (aborting the surplus after each), so the axis value is
 //!   the middle of the contexts the batch sizes saw, `repeats · (batch
 //!   sizes − 1) / 2` tokens later.
+//! - decode on one prefix `(b, m)` (`decode.shared`): as decode, but the
+//!   `b` prompts are one cached prefix (the prompt less its last token,
+//!   run first, untimed) and a fresh token each, so every row after the first reads
+//!   the prefix's full blocks from the cache, as requests on one system
+//!   prompt do; the shared fraction of the rows' context is read off the
+//!   scheduler's block tables. Each point is its own set of requests (no
+//!   reuse across batch sizes).
 //! - mixed: a decode batch plus an admitted prefill chunk in one step, at
 //!   a few batch sizes and chunks. They choose the table's mixed-step rule
 //!   (`sluice_sim::table`: additive, with `step_overhead_s` the median of
@@ -40,7 +47,8 @@ use sluice_core::kv_cache::GroupingPolicy;
 use sluice_core::{Executor, NewRequest, RequestStatus, SamplingParams, Scheduler};
 use sluice_model::kv_cache::{KvCacheConfig, KvDtype};
 use sluice_sim::profile::TableProfile;
-use sluice_sim::table::{DecodeTable, PrefillTable};
+use sluice_sim::step::StepShape;
+use sluice_sim::table::{DecodeTable, PrefillTable, SharedDecode};
 use sluice_sim::{MeasuredKvCache, MeasuredOn, MixedPoint, MixedRule, Profile, TableModel};
 use std::path::Path;
 use std::time::Instant;
@@ -296,15 +304,31 @@ impl Bench {
         p: usize,
         steps: usize,
     ) -> Result<Vec<String>> {
+        let prompts = (0..b).map(|_| self.fresh(p)).collect();
+        Ok(self.start_prompts(sched, prompts, steps)?.0)
+    }
+
+    /// As `start_decoders`, for the given prompts. Returns their ids and
+    /// the shape of the first step with every row decoding.
+    fn start_prompts(
+        &mut self,
+        sched: &mut Scheduler,
+        prompts: Vec<Vec<u32>>,
+        steps: usize,
+    ) -> Result<(Vec<String>, StepShape)> {
+        let (b, p) = (prompts.len(), prompts.first().map_or(0, Vec::len));
         let mut ids = Vec::with_capacity(b);
-        for _ in 0..b {
-            let prompt = self.fresh(p);
+        for prompt in prompts {
             ids.push(self.add(sched, prompt, steps + 2)?);
         }
         loop {
-            let (_, rows, tokens) = self.probe_step(sched)?;
+            let so = sched.schedule();
+            let shape = StepShape::from_output(&so, sched);
+            let out = self.exec.execute(&so)?;
+            sched.update_from_output(&so, &out);
+            let (rows, tokens) = (so.num_scheduled_tokens.len(), so.total_num_scheduled_tokens);
             if rows == b && tokens == b {
-                return Ok(ids);
+                return Ok((ids, shape));
             }
             if tokens == 0 {
                 bail!(
@@ -366,6 +390,63 @@ impl Bench {
         Ok(times)
     }
 
+    /// Decode points `(b, p)` with every row on one cached prefix, for
+    /// every batch size: a request of the first `p − 1` tokens runs first
+    /// (untimed) so that its full blocks sit in the prefix cache; then, per
+    /// batch size, `b` requests of those tokens and one fresh token each
+    /// hit them, prefill the rest, decode once, and `repeats` steps of all
+    /// rows decoding are timed. Returns the times (in `batches` order) and
+    /// each batch size's shared fraction of the rows' context at the
+    /// middle timed step (`SharedDecode::fraction`), from the scheduler's
+    /// own block tables.
+    fn decode_shared_column(
+        &mut self,
+        batches: &[usize],
+        p: usize,
+        repeats: usize,
+    ) -> Result<(Vec<Vec<f64>>, Vec<f64>)> {
+        let b_max = *batches.last().expect("a batch size");
+        let budget = (b_max * p).clamp(b_max, SETUP_BUDGET.max(b_max));
+        let mut sched = self.probe_scheduler(true, budget.max(p), b_max)?;
+        let prefix = self.fresh(p.saturating_sub(1));
+        self.cache_prefix(&mut sched, &prefix)?;
+        let (mut times, mut fractions) = (Vec::new(), Vec::new());
+        for &b in batches {
+            let prompts = (0..b)
+                .map(|_| {
+                    let mut prompt = prefix.clone();
+                    prompt.extend(self.fresh(1));
+                    prompt
+                })
+                .collect();
+            let (ids, first) = self.start_prompts(&mut sched, prompts, repeats)?;
+            let shared: usize = first.rows.iter().map(|r| r.shared_context).sum();
+            // Σ context at the middle timed step: each row's context
+            // after the first all-decode step, plus (repeats + 1) / 2.
+            let middle = (repeats as f64 + 1.0) / 2.0;
+            let context: f64 = first
+                .rows
+                .iter()
+                .map(|r| (r.context_before + r.new_tokens) as f64 + middle)
+                .sum();
+            fractions.push(secs(shared as f64 / context.max(1.0)));
+            let mut t = Vec::with_capacity(repeats);
+            for _ in 0..repeats {
+                let (dt, rows, tokens) = self.probe_step(&mut sched)?;
+                if rows != b || tokens != b {
+                    bail!(
+                        "--profile: the shared decode point ({b} rows of {p} tokens) ran {rows} \
+                         rows, {tokens} tokens"
+                    );
+                }
+                t.push(dt);
+            }
+            times.push(t);
+            self.probe_drain(&mut sched, &ids)?;
+        }
+        Ok((times, fractions))
+    }
+
     /// Mixed point: `b` decode rows of `p` prompt tokens plus a chunk of
     /// `c` fresh tokens in one step.
     fn mixed_point(&mut self, b: usize, p: usize, c: usize, repeats: usize) -> Result<Vec<f64>> {
@@ -425,6 +506,7 @@ impl Bench {
             d_spread.push(columns.iter().map(|c| secs(spread(&c[bi]))).collect());
             d_time.push(row);
         }
+        let shared = self.measure_shared(grid, repeats)?;
         let rows_context = |p: usize| {
             let r = repeats as f64;
             let reuse_drift = if p >= REUSE_MIN_PROMPT {
@@ -446,6 +528,7 @@ impl Bench {
                 mean_context: grid.prompts.iter().map(|&p| rows_context(p)).collect(),
                 time_s: d_time,
                 spread_s: Some(d_spread),
+                shared: Some(shared),
             },
             step_overhead_s: 0.0,
             mixed_rule: MixedRule::Additive,
@@ -457,6 +540,32 @@ impl Bench {
             mixed_predicted,
             cost_s: t0.elapsed().as_secs_f64(),
         })
+    }
+
+    /// The decode grid with every row on one cached prefix
+    /// (`decode_shared_column`), reporting each batch size's row.
+    fn measure_shared(&mut self, grid: &Grid, repeats: usize) -> Result<SharedDecode> {
+        let nb = grid.batches.len();
+        let (mut time_s, mut fraction) = (vec![Vec::new(); nb], vec![Vec::new(); nb]);
+        for &p in &grid.prompts {
+            let (t, f) = self.decode_shared_column(&grid.batches, p, repeats)?;
+            for bi in 0..nb {
+                time_s[bi].push(secs(median(&t[bi])));
+                fraction[bi].push(f[bi]);
+            }
+        }
+        for (bi, &b) in grid.batches.iter().enumerate() {
+            eprintln!(
+                "  decode {b:>4} rows on one prefix: {} (shared {})",
+                ms_list(&time_s[bi]),
+                fraction[bi]
+                    .iter()
+                    .map(|f| format!("{f:.2}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            );
+        }
+        Ok(SharedDecode { time_s, fraction })
     }
 
     /// The mixed points. Sets `step_overhead_s` (the median of `prefill +

@@ -1,6 +1,15 @@
 use super::*;
+use crate::kernels::{cpu_features, thread_cap, KernelFamily, KernelPath};
 use crate::kv_cache::{KvCache, KvCacheConfig, KvDtype};
 use crate::model::ForwardBatch;
+
+/// The attention kernels this CPU runs (each the path it is asked for).
+fn runnable_paths() -> Vec<KernelPath> {
+    KernelPath::ALL
+        .into_iter()
+        .filter(|&p| cpu_features().clamp(KernelFamily::Attention, p) == p)
+        .collect()
+}
 
 struct Rng(u64);
 impl Rng {
@@ -188,17 +197,25 @@ fn check_against_naive_windowed(
         row_stride: width,
     };
     let out_len = batch.num_tokens() * num_heads * head_dim;
-    let mut fast = vec![0f32; out_len];
-    let mut items = Vec::new();
-    paged_attention(
-        &shape,
-        queries,
-        kv.layer(0),
-        &batch.seqs,
-        &batch.block_tables[0],
-        &mut fast,
-        &mut items,
-    );
+    // Every kernel this CPU can run (the dispatch picks it in the calling
+    // thread, which `thread_cap` caps).
+    let mut paths = Vec::new();
+    for path in runnable_paths() {
+        let out = thread_cap::with(path, || {
+            let mut out = vec![0f32; out_len];
+            paged_attention(
+                &shape,
+                queries,
+                kv.layer(0),
+                &batch.seqs,
+                &batch.block_tables[0],
+                &mut out,
+                &mut Vec::new(),
+            );
+            out
+        });
+        paths.push(out);
+    }
     let mut portable = vec![0f32; out_len];
     paged_attention_portable(
         &shape,
@@ -228,7 +245,7 @@ fn check_against_naive_windowed(
                         .sum::<f64>()
                         / total;
                     let at = token * num_heads * head_dim + h * head_dim + d;
-                    for got in [fast[at], portable[at]] {
+                    for got in paths.iter().map(|o| o[at]).chain([portable[at]]) {
                         worst = worst.max((got as f64 - want).abs());
                     }
                 }
@@ -288,6 +305,7 @@ fn matches_naive_attention_on_a_mixed_batch() {
     check_against_naive(8, 4, 8, 16); // tiny-llama
     check_against_naive(4, 4, 72, 5); // odd block size, dims not a multiple of 16
     check_against_naive(6, 2, 32, 48); // several key chunks per block
+    check_against_naive(4, 2, 20, 16); // heads not a multiple of 8 (no AVX2 kernel)
 }
 
 #[test]
@@ -360,19 +378,23 @@ fn check_chunking(shape: &AttentionShape, kv: &KvCache, rows: &[f32], table: &[u
         );
         out
     };
-    let whole = run(0, n);
     let row = nh * hd;
-    for chunk in [1, 3, 16, 23] {
-        let mut start = 0;
-        while start < n {
-            let len = chunk.min(n - start);
-            assert_eq!(
-                run(start, len),
-                whole[start * row..(start + len) * row],
-                "chunk {chunk} at {start}, {:?}",
-                shape.kind
-            );
-            start += len;
-        }
+    for path in runnable_paths() {
+        thread_cap::with(path, || {
+            let whole = run(0, n);
+            for chunk in [1, 3, 16, 23] {
+                let mut start = 0;
+                while start < n {
+                    let len = chunk.min(n - start);
+                    assert_eq!(
+                        run(start, len),
+                        whole[start * row..(start + len) * row],
+                        "chunk {chunk} at {start}, {:?}, {path:?}",
+                        shape.kind
+                    );
+                    start += len;
+                }
+            }
+        });
     }
 }
