@@ -518,6 +518,26 @@ fn a_measured_table_profile_drives_the_simulator() {
         v["measured_on"]["model"],
         "tiny (the built-in shape, dummy Bf16 weights)"
     );
+    // The speed probe before, between and after the four parts.
+    assert_eq!(
+        v["measured_on"]["speed_probe_s"].as_array().unwrap().len(),
+        5,
+        "{v}"
+    );
+    // The decode grid on one cached prefix: one row shares nothing; at 4
+    // rows of a 63-token prompt the 62-token prefix's 3 full blocks (48
+    // tokens) are shared by the 3 rows after the first, of 4 × 65 context
+    // tokens at the middle timed step: 144 / 260.
+    let shared = &t["decode"]["shared"];
+    let fraction: Vec<Vec<f64>> = shared["fraction"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(axis)
+        .collect();
+    assert!(fraction[0].iter().all(|&f| f == 0.0), "{shared}");
+    assert!((fraction[2][1] - 144.0 / 260.0).abs() < 1e-6, "{shared}");
+    assert_eq!(shared["time_s"].as_array().unwrap().len(), 3, "{shared}");
 
     let out = simulate(&[
         "--hardware",

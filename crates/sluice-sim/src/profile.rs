@@ -210,6 +210,12 @@ pub struct MeasuredOn {
     pub repeats: usize,
     /// Seconds the whole measurement took.
     pub cost_s: f64,
+    /// A reference step (one decode row of a 1-token prompt, median of 5)
+    /// timed before, between and after the grid's parts: on a steady
+    /// machine they agree; apart by more than 15 %, the machine changed
+    /// speed while it was measured.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub speed_probe_s: Vec<f64>,
 }
 
 /// A step-time profile ([module docs](self)).

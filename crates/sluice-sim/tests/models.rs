@@ -969,6 +969,7 @@ fn profiles_round_trip_through_json_files() {
                 threads: 2,
                 repeats: 3,
                 cost_s: 61.5,
+                speed_probe_s: vec![0.0043, 0.0044],
             }),
             mixed_measured: Some(vec![sluice_sim::MixedPoint {
                 batch_size: 4.0,

@@ -34,6 +34,9 @@
 //!   prompt do; the shared fraction of the rows' context is read off the
 //!   scheduler's block tables. Each point is its own set of requests (no
 //!   reuse across batch sizes).
+//! - a speed probe: one decode row of a 1-token prompt (median of 5) before,
+//!   between and after the parts; times apart by more than 15 % are
+//!   warned of (the machine changed speed while it was measured).
 //! - mixed: a decode batch plus an admitted prefill chunk in one step, at
 //!   a few batch sizes and chunks. They choose the table's mixed-step rule
 //!   (`sluice_sim::table`: additive, with `step_overhead_s` the median of
@@ -179,6 +182,8 @@ pub(super) struct Measured {
     /// The table's prediction of each mixed point, under its rule.
     pub mixed_predicted: Vec<f64>,
     pub cost_s: f64,
+    /// The reference step's time before, between and after the parts.
+    pub speed_probe_s: Vec<f64>,
 }
 
 impl Bench {
@@ -471,6 +476,7 @@ impl Bench {
     /// Measures the whole grid, reporting progress on stderr.
     pub(super) fn measure_grid(&mut self, grid: &Grid, repeats: usize) -> Result<Measured> {
         let t0 = Instant::now();
+        let mut probes = vec![self.speed_probe()?];
         let mut p_time = Vec::new();
         let mut p_spread = Vec::new();
         for &c in &grid.chunks {
@@ -484,6 +490,7 @@ impl Bench {
             p_time.push(row);
             p_spread.push(row_spread);
         }
+        probes.push(self.speed_probe()?);
         let mut d_time = Vec::new();
         let mut d_spread = Vec::new();
         let nb = grid.batches.len();
@@ -506,7 +513,9 @@ impl Bench {
             d_spread.push(columns.iter().map(|c| secs(spread(&c[bi]))).collect());
             d_time.push(row);
         }
+        probes.push(self.speed_probe()?);
         let shared = self.measure_shared(grid, repeats)?;
+        probes.push(self.speed_probe()?);
         let rows_context = |p: usize| {
             let r = repeats as f64;
             let reuse_drift = if p >= REUSE_MIN_PROMPT {
@@ -534,12 +543,20 @@ impl Bench {
             mixed_rule: MixedRule::Additive,
         };
         let (mixed, mixed_predicted) = self.measure_mixed(grid, repeats, &mut table)?;
+        probes.push(self.speed_probe()?);
         Ok(Measured {
             table,
             mixed,
             mixed_predicted,
             cost_s: t0.elapsed().as_secs_f64(),
+            speed_probe_s: probes,
         })
+    }
+
+    /// The reference step of `MeasuredOn::speed_probe_s`: one decode row
+    /// of a 1-token prompt, the median of 5.
+    fn speed_probe(&mut self) -> Result<f64> {
+        Ok(secs(median(&self.decode_point(1, 1, 5)?)))
     }
 
     /// The decode grid with every row on one cached prefix
@@ -641,6 +658,29 @@ impl Bench {
     }
 }
 
+/// Prints the reference step's times and warns when they differ by more
+/// than 15 %: the machine changed speed during the measurement, and the
+/// grid holds points of both speeds.
+fn report_speed_probe(probes: &[f64]) {
+    eprintln!(
+        "  reference step (1 decode row) before, between and after the parts: {} ms",
+        ms_list(probes)
+    );
+    let lo = probes.iter().copied().fold(f64::MAX, f64::min);
+    let hi = probes.iter().copied().fold(0.0, f64::max);
+    if hi > lo * 1.15 {
+        sluice_server::logging::warn(&format!(
+            "bench-model --profile: the reference step took {:.2} to {:.2} ms ({:+.0} %) during \
+             the measurement: the machine's speed varied, and the grid's points saw different \
+             speeds; measure on a quieter machine, or with more --repeats, or compare two \
+             profiles",
+            lo * 1e3,
+            hi * 1e3,
+            (hi / lo - 1.0) * 100.0
+        ));
+    }
+}
+
 /// The CPU's model name (from `/proc/cpuinfo` where there is one) and the
 /// instruction sets the kernels can use.
 fn cpu_description() -> String {
@@ -729,6 +769,7 @@ pub(super) fn write(
             threads: args.threads,
             repeats: args.repeats,
             cost_s: m.cost_s,
+            speed_probe_s: m.speed_probe_s.clone(),
         }),
         mixed_measured: Some(m.mixed),
         table: m.table,
@@ -738,6 +779,7 @@ pub(super) fn write(
         .with_context(|| format!("--profile {}", path.display()))
         .map_err(config_error)?;
     eprintln!("{description}");
+    report_speed_probe(&m.speed_probe_s);
     eprintln!(
         "wrote {} (KV cache: {} blocks of {} tokens, as --kv-cache-memory {} gives)",
         path.display(),
