@@ -209,6 +209,24 @@ impl Scratch {
     }
 }
 
+impl Item<'_> {
+    /// Writes each row's accumulated `p · V` divided by its softmax sum to
+    /// its place in `out`: the last step of every kernel.
+    fn write_rows(&self, out: &mut [f32], scratch: &Scratch) {
+        let hd = self.shape.head_dim;
+        for row in 0..self.num_rows() {
+            let inv = 1.0 / scratch.sum[row];
+            let o = self.out_offset(row);
+            for (d, &a) in out[o..o + hd]
+                .iter_mut()
+                .zip(&scratch.acc[row * hd..(row + 1) * hd])
+            {
+                *d = a * inv;
+            }
+        }
+    }
+}
+
 thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::default();
 }

@@ -412,14 +412,5 @@ pub(super) unsafe fn attend(item: &Item<'_>, out: &mut [f32], scratch: &mut Scra
         }
     }
 
-    for row in 0..num_rows {
-        let inv = 1.0 / scratch.sum[row];
-        let o = item.out_offset(row);
-        for (d, &a) in out[o..o + hd]
-            .iter_mut()
-            .zip(&scratch.acc[row * hd..(row + 1) * hd])
-        {
-            *d = a * inv;
-        }
-    }
+    item.write_rows(out, scratch);
 }

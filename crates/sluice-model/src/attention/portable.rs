@@ -114,14 +114,5 @@ fn attend<const FMA: bool>(item: &Item<'_>, out: &mut [f32], scratch: &mut Scrat
         }
     }
 
-    for row in 0..num_rows {
-        let inv = 1.0 / sum[row];
-        let o = item.out_offset(row);
-        for (d, &a) in out[o..o + hd]
-            .iter_mut()
-            .zip(&acc[row * hd..(row + 1) * hd])
-        {
-            *d = a * inv;
-        }
-    }
+    item.write_rows(out, scratch);
 }

@@ -3,6 +3,27 @@ use crate::kernels::{cpu_features, thread_cap, KernelFamily, KernelPath};
 use crate::kv_cache::{KvCache, KvCacheConfig, KvDtype};
 use crate::model::ForwardBatch;
 
+/// `paged_attention` of `batch` into a new output of `out_len` floats.
+fn attend(
+    shape: &AttentionShape,
+    queries: Queries<'_>,
+    kv: &KvCache,
+    batch: &ForwardBatch,
+    out_len: usize,
+) -> Vec<f32> {
+    let mut out = vec![0f32; out_len];
+    paged_attention(
+        shape,
+        queries,
+        kv.layer(0),
+        &batch.seqs,
+        &batch.block_tables[0],
+        &mut out,
+        &mut Vec::new(),
+    );
+    out
+}
+
 /// The attention kernels this CPU runs (each the path it is asked for).
 fn runnable_paths() -> Vec<KernelPath> {
     KernelPath::ALL
@@ -199,23 +220,10 @@ fn check_against_naive_windowed(
     let out_len = batch.num_tokens() * num_heads * head_dim;
     // Every kernel this CPU can run (the dispatch picks it in the calling
     // thread, which `thread_cap` caps).
-    let mut paths = Vec::new();
-    for path in runnable_paths() {
-        let out = thread_cap::with(path, || {
-            let mut out = vec![0f32; out_len];
-            paged_attention(
-                &shape,
-                queries,
-                kv.layer(0),
-                &batch.seqs,
-                &batch.block_tables[0],
-                &mut out,
-                &mut Vec::new(),
-            );
-            out
-        });
-        paths.push(out);
-    }
+    let paths: Vec<Vec<f32>> = runnable_paths()
+        .into_iter()
+        .map(|path| thread_cap::with(path, || attend(&shape, queries, &kv, &batch, out_len)))
+        .collect();
     let mut portable = vec![0f32; out_len];
     paged_attention_portable(
         &shape,
@@ -362,21 +370,11 @@ fn check_chunking(shape: &AttentionShape, kv: &KvCache, rows: &[f32], table: &[u
     let run = |cached: usize, len: usize| -> Vec<f32> {
         let mut batch = ForwardBatch::default();
         batch.push_seq(&vec![0; len], cached, table, bs).unwrap();
-        let q = &rows[cached * width..(cached + len) * width];
-        let mut out = vec![0f32; len * nh * hd];
-        paged_attention(
-            shape,
-            Queries {
-                data: q,
-                row_stride: width,
-            },
-            kv.layer(0),
-            &batch.seqs,
-            &batch.block_tables[0],
-            &mut out,
-            &mut Vec::new(),
-        );
-        out
+        let q = Queries {
+            data: &rows[cached * width..(cached + len) * width],
+            row_stride: width,
+        };
+        attend(shape, q, kv, &batch, len * nh * hd)
     };
     let row = nh * hd;
     for path in runnable_paths() {
