@@ -60,10 +60,20 @@ impl StepShape {
     /// scheduler has already advanced each request's computed tokens by
     /// its scheduled tokens, as vLLM's `_update_after_schedule` does).
     pub fn from_output(out: &SchedulerOutput, scheduler: &Scheduler) -> StepShape {
+        Self::from_output_sharing(out, scheduler, true)
+    }
+
+    /// As `from_output`, computing `shared_context` only if `sharing` (and
+    /// prefix caching is on); 0 otherwise, which saves a pass over every
+    /// row's block table for a caller that does not use it.
+    pub fn from_output_sharing(
+        out: &SchedulerOutput,
+        scheduler: &Scheduler,
+        sharing: bool,
+    ) -> StepShape {
         let config = scheduler.config();
-        let mut sharing = config
-            .enable_prefix_caching
-            .then(|| SharedBlocks::new(config.block_size));
+        let mut sharing =
+            (sharing && config.enable_prefix_caching).then(|| SharedBlocks::new(config.block_size));
         let rows = out
             .num_scheduled_tokens
             .iter()

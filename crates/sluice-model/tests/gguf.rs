@@ -6,7 +6,11 @@
 //! the key, tensor or type named.
 //!
 //! The rule compared: float files (F32, F16, BF16) must give llama.cpp's
-//! tokens exactly. Quantized files quantize activations too (as llama.cpp
+//! tokens exactly, except where llama.cpp's top two are within
+//! `FLOAT_NEAR_TIE` (sums taken in another order differ in their last bits:
+//! on an AVX2 CPU without AVX-512 BF16, the tiny BF16 file's prose case
+//! picks llama.cpp's runner-up at a gap of 0.0042), and there sluice must
+//! pick one of llama.cpp's top two. Quantized files quantize activations too (as llama.cpp
 //! does), so an activation rounded the other way after a last-bit
 //! difference in a sum moves logits by a few hundredths; llama.cpp itself
 //! moves them that much between its own batch sizes. For those, the
@@ -26,6 +30,9 @@ use std::path::{Path, PathBuf};
 
 /// Logprob gap under which two candidates count as tied.
 const NEAR_TIE: f64 = 0.1;
+
+/// The same for float files: only a gap a last-bit difference can close.
+const FLOAT_NEAR_TIE: f64 = 0.01;
 
 fn gguf_dir() -> PathBuf {
     data_dir("gguf")
@@ -112,13 +119,16 @@ fn check(model: &Path, reference: &Path, exact: bool) {
             assert_eq!(got.len(), c.greedy.len(), "{file} {}", c.name);
             continue;
         };
-        assert!(
-            !exact,
-            "{file} {}: token {step} is {} where llama.cpp has {} ({:?})",
-            c.name, got[step], c.greedy[step], c.top[step]
-        );
         let top = &c.top[step];
         let margin = top[0].1 - top[1].1;
+        assert!(
+            !exact || margin < FLOAT_NEAR_TIE,
+            "{file} {}: token {step} is {} where llama.cpp has {} ({:?})",
+            c.name,
+            got[step],
+            c.greedy[step],
+            c.top[step]
+        );
         assert!(
             margin < NEAR_TIE,
             "{file} {}: diverges at token {step} ({} for llama.cpp's {}), where llama.cpp's top \

@@ -99,7 +99,15 @@ impl SimulatedExecutor {
         vocab_size: usize,
         seed: u64,
     ) -> Self {
+        // Block tables are tracked only for a model that prices shared
+        // prefixes (the cost of a pass over them every step).
+        let tracked = if model.prices_shared_context() {
+            block_size
+        } else {
+            0
+        };
         SimulatedExecutor {
+            tracker: ShapeTracker::with_block_size(tracked),
             model,
             num_kv_blocks,
             vocab_size,
@@ -107,7 +115,6 @@ impl SimulatedExecutor {
             excluded: Vec::new(),
             block_size,
             kv_cache_groups: vec![KvCacheGroupSpec::FULL],
-            tracker: ShapeTracker::with_block_size(block_size),
             reqs: HashMap::new(),
             step_started: None,
             predicted_s: 0.0,

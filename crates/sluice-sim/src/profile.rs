@@ -37,6 +37,9 @@ impl<T: StepTimeModel + ?Sized> StepTimeModel for Box<T> {
     fn outside_range(&self, step: &StepShape) -> bool {
         (**self).outside_range(step)
     }
+    fn prices_shared_context(&self) -> bool {
+        (**self).prices_shared_context()
+    }
 }
 
 /// A roofline profile: hardware parameters.

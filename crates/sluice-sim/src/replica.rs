@@ -207,7 +207,7 @@ impl Replica {
 
         let scheduler = &mut self.scheduler;
         let out = scheduler.schedule();
-        let shape = StepShape::from_output(&out, scheduler);
+        let shape = StepShape::from_output_sharing(&out, scheduler, model.prices_shared_context());
         let ran = out.total_num_scheduled_tokens > 0;
         // Nothing runs: no forward pass, no time.
         let dt = if ran { model.step_time(&shape) } else { 0.0 };

@@ -16,6 +16,13 @@ pub trait StepTimeModel {
     fn outside_range(&self, _step: &StepShape) -> bool {
         false
     }
+
+    /// Whether the model prices `RowShape::shared_context` (a table with a
+    /// shared-prefix grid); the simulator computes it only then, since it
+    /// costs a pass over every row's block table each step.
+    fn prices_shared_context(&self) -> bool {
+        false
+    }
 }
 
 impl<T: StepTimeModel + ?Sized> StepTimeModel for &T {
@@ -24,6 +31,9 @@ impl<T: StepTimeModel + ?Sized> StepTimeModel for &T {
     }
     fn outside_range(&self, step: &StepShape) -> bool {
         (**self).outside_range(step)
+    }
+    fn prices_shared_context(&self) -> bool {
+        (**self).prices_shared_context()
     }
 }
 

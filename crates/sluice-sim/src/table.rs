@@ -410,6 +410,10 @@ fn off_axis(axis: &[f64], v: f64) -> bool {
 }
 
 impl StepTimeModel for TableModel {
+    fn prices_shared_context(&self) -> bool {
+        self.decode.shared.is_some()
+    }
+
     fn outside_range(&self, step: &StepShape) -> bool {
         let (mut prefill, decode) = lookup(step);
         if let (MixedRule::Merged, Some((n, _)), Some((rows, _, _))) =
