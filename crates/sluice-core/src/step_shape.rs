@@ -72,9 +72,8 @@ impl StepShape {
         sharing: bool,
     ) -> StepShape {
         let config = scheduler.config();
-        let mut seen = HashSet::new();
-        let mut sharing = (sharing && config.enable_prefix_caching)
-            .then(|| SharedBlocks::new(config.block_size, &mut seen));
+        let mut sharing =
+            (sharing && config.enable_prefix_caching).then(|| SharedBlocks::new(config.block_size));
         let rows = out
             .num_scheduled_tokens
             .iter()
@@ -116,18 +115,16 @@ impl StepShape {
 
 /// The blocks the rows of one step read so far: what makes a later row's
 /// blocks shared.
-struct SharedBlocks<'a> {
+struct SharedBlocks {
     block_size: usize,
-    seen: &'a mut HashSet<BlockId>,
+    seen: HashSet<BlockId>,
 }
 
-impl SharedBlocks<'_> {
-    /// Starts a step, with `seen` (emptied here) holding its blocks.
-    fn new(block_size: usize, seen: &mut HashSet<BlockId>) -> SharedBlocks<'_> {
-        seen.clear();
+impl SharedBlocks {
+    fn new(block_size: usize) -> SharedBlocks {
         SharedBlocks {
             block_size: block_size.max(1),
-            seen,
+            seen: HashSet::new(),
         }
     }
 
@@ -175,8 +172,6 @@ pub struct ShapeTracker {
     block_size: usize,
     /// Group 0's block table of each request the runner holds.
     tables: HashMap<RequestId, Vec<BlockId>>,
-    /// The blocks this step's rows read so far, reused across steps.
-    seen: HashSet<BlockId>,
 }
 
 impl ShapeTracker {
@@ -239,7 +234,7 @@ impl ShapeTracker {
             self.progress
                 .insert(c.req_id.clone(), (c.num_computed_tokens, known));
         }
-        let mut sharing = track.then(|| SharedBlocks::new(self.block_size, &mut self.seen));
+        let mut sharing = track.then(|| SharedBlocks::new(self.block_size));
         let rows = out
             .num_scheduled_tokens
             .iter()
