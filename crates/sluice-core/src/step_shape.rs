@@ -72,8 +72,9 @@ impl StepShape {
         sharing: bool,
     ) -> StepShape {
         let config = scheduler.config();
-        let mut sharing =
-            (sharing && config.enable_prefix_caching).then(|| SharedBlocks::new(config.block_size));
+        let mut seen = HashSet::new();
+        let mut sharing = (sharing && config.enable_prefix_caching)
+            .then(|| SharedBlocks::new(config.block_size, &mut seen));
         let rows = out
             .num_scheduled_tokens
             .iter()
@@ -115,16 +116,18 @@ impl StepShape {
 
 /// The blocks the rows of one step read so far: what makes a later row's
 /// blocks shared.
-struct SharedBlocks {
+struct SharedBlocks<'a> {
     block_size: usize,
-    seen: HashSet<BlockId>,
+    seen: &'a mut HashSet<BlockId>,
 }
 
-impl SharedBlocks {
-    fn new(block_size: usize) -> SharedBlocks {
+impl SharedBlocks<'_> {
+    /// Starts a step, with `seen` (emptied here) holding its blocks.
+    fn new(block_size: usize, seen: &mut HashSet<BlockId>) -> SharedBlocks<'_> {
+        seen.clear();
         SharedBlocks {
             block_size: block_size.max(1),
-            seen: HashSet::new(),
+            seen,
         }
     }
 
@@ -172,6 +175,8 @@ pub struct ShapeTracker {
     block_size: usize,
     /// Group 0's block table of each request the runner holds.
     tables: HashMap<RequestId, Vec<BlockId>>,
+    /// The blocks this step's rows read so far, reused across steps.
+    seen: HashSet<BlockId>,
 }
 
 impl ShapeTracker {
@@ -234,7 +239,7 @@ impl ShapeTracker {
             self.progress
                 .insert(c.req_id.clone(), (c.num_computed_tokens, known));
         }
-        let mut sharing = track.then(|| SharedBlocks::new(self.block_size));
+        let mut sharing = track.then(|| SharedBlocks::new(self.block_size, &mut self.seen));
         let rows = out
             .num_scheduled_tokens
             .iter()

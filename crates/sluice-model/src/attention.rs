@@ -182,6 +182,44 @@ impl Item<'_> {
     }
 }
 
+/// A chunk of at most `KEY_CHUNK` keys of one block: the unit every
+/// kernel scores and accumulates.
+#[derive(Clone, Copy)]
+struct KeyChunk {
+    /// Start of its block's (block, KV head) run (`Item::block_base`).
+    base: usize,
+    /// Its first key's offset within the block.
+    offset: usize,
+    /// Its first key's position.
+    start: usize,
+    /// Its keys: `KEY_CHUNK`, or the block's remainder.
+    width: usize,
+}
+
+impl Item<'_> {
+    /// The chunks of keys some row of the item sees, in position order:
+    /// every block from the first one read, cut into `KEY_CHUNK` keys,
+    /// up to `last_visible`.
+    fn key_chunks(&self) -> impl Iterator<Item = KeyChunk> + '_ {
+        let bs = self.shape.block_size;
+        let last_visible = self.last_visible();
+        let first_block = self.first_block();
+        let blocks = &self.table[first_block..last_visible.div_ceil(bs)];
+        (first_block..).zip(blocks).flat_map(move |(b, &block)| {
+            let base = self.block_base(block);
+            (0..bs)
+                .step_by(KEY_CHUNK)
+                .take_while(move |&c0| b * bs + c0 < last_visible)
+                .map(move |c0| KeyChunk {
+                    base,
+                    offset: c0,
+                    start: b * bs + c0,
+                    width: KEY_CHUNK.min(bs - c0),
+                })
+        })
+    }
+}
+
 /// Per-thread scratch: output accumulators, running max and sum per row,
 /// and the decoded K and V tiles of a chunk (for a cache not in f32).
 #[derive(Default)]

@@ -221,18 +221,28 @@ impl Bench {
         Ok(id)
     }
 
-    /// One engine step; its wall time and total scheduled tokens.
+    /// One engine step; its wall time, rows and total scheduled tokens.
     fn probe_step(&mut self, sched: &mut Scheduler) -> Result<(f64, usize, usize)> {
+        let (dt, rows, tokens, _) = self.engine_step(sched, false)?;
+        Ok((dt, rows, tokens))
+    }
+
+    /// One engine step (schedule → execute → update); its wall time, rows,
+    /// total scheduled tokens and, if `shaped`, its shape — computed inside
+    /// the timed span, so a shaped step is for untimed use.
+    fn engine_step(
+        &mut self,
+        sched: &mut Scheduler,
+        shaped: bool,
+    ) -> Result<(f64, usize, usize, Option<StepShape>)> {
         let t0 = Instant::now();
         let so = sched.schedule();
+        let shape = shaped.then(|| StepShape::from_output(&so, sched));
         let out = self.exec.execute(&so)?;
         sched.update_from_output(&so, &out);
         let dt = t0.elapsed().as_secs_f64();
-        Ok((
-            dt,
-            so.num_scheduled_tokens.len(),
-            so.total_num_scheduled_tokens,
-        ))
+        let (rows, tokens) = (so.num_scheduled_tokens.len(), so.total_num_scheduled_tokens);
+        Ok((dt, rows, tokens, shape))
     }
 
     /// Aborts what is left and hands the finished ids to the runner, so
@@ -327,12 +337,8 @@ impl Bench {
             ids.push(self.add(sched, prompt, steps + 2)?);
         }
         loop {
-            let so = sched.schedule();
-            let shape = StepShape::from_output(&so, sched);
-            let out = self.exec.execute(&so)?;
-            sched.update_from_output(&so, &out);
-            let (rows, tokens) = (so.num_scheduled_tokens.len(), so.total_num_scheduled_tokens);
-            if rows == b && tokens == b {
+            let (_, rows, tokens, shape) = self.engine_step(sched, true)?;
+            if let (true, Some(shape)) = (rows == b && tokens == b, shape) {
                 return Ok((ids, shape));
             }
             if tokens == 0 {

@@ -16,7 +16,7 @@
 //! is in its tile, so results do not depend on the batch (the module
 //! promise of `attention`).
 
-use super::{Item, Scratch, KEY_CHUNK};
+use super::{Item, KeyChunk, Scratch, KEY_CHUNK};
 use crate::kernels::math::{exp_f32, EXP_HI, EXP_LO, EXP_POLY, LN2_HI, LN2_LO, LOG2E, ROUND_MAGIC};
 use crate::kv_cache::KvTensor;
 use std::arch::x86_64::*;
@@ -371,122 +371,119 @@ pub(super) unsafe fn attend(item: &Item<'_>, out: &mut [f32], scratch: &mut Scra
     let mut q_offs = [0usize; ROW_TILE];
     let mut p = [[0f32; KEY_CHUNK]; ROW_TILE];
 
-    let first_block = item.first_block();
-    let blocks = &item.table[first_block..last_visible.div_ceil(bs)];
-    for (b, &block) in (first_block..).zip(blocks) {
-        let base = item.block_base(block);
-        let mut c0 = 0;
-        while c0 < bs && b * bs + c0 < last_visible {
-            let chunk_start = b * bs + c0;
-            let width = KEY_CHUNK.min(bs - c0);
-            // The chunk's keys, `k[d · k_stride + j]` and `v[j · hd + d]`:
-            // in place for an f32 cache, else decoded into the tiles (16
-            // wide, so whole loads stay inside them).
-            let (k, k_stride, v, mask) = match in_place {
-                Some((k_all, v_all)) => (
-                    k_all.add(base + c0),
-                    bs,
-                    v_all.add(base + c0 * hd),
-                    (width < KEY_CHUNK).then(|| range_mask(0, width)),
-                ),
-                None => {
-                    if f16c && width == KEY_CHUNK {
-                        k_tile_f16c(&item.kv.k, base, bs, hd, c0, &mut scratch.k_tile);
-                    } else {
-                        item.kv
-                            .k
-                            .k_tile(base, bs, hd, c0, width, &mut scratch.k_tile);
-                    }
-                    if f16c {
-                        v_tile_f16c(&item.kv.v, base, hd, c0, width, &mut scratch.v_tile);
-                    } else {
-                        item.kv.v.v_tile(base, hd, c0, width, &mut scratch.v_tile);
-                    }
-                    let tiles = (scratch.k_tile.as_ptr(), scratch.v_tile.as_ptr());
-                    (tiles.0, KEY_CHUNK, tiles.1, None)
+    for chunk in item.key_chunks() {
+        let KeyChunk {
+            base,
+            offset: c0,
+            start: chunk_start,
+            width,
+        } = chunk;
+        // The chunk's keys, `k[d · k_stride + j]` and `v[j · hd + d]`:
+        // in place for an f32 cache, else decoded into the tiles (16
+        // wide, so whole loads stay inside them).
+        let (k, k_stride, v, mask) = match in_place {
+            Some((k_all, v_all)) => (
+                k_all.add(base + c0),
+                bs,
+                v_all.add(base + c0 * hd),
+                (width < KEY_CHUNK).then(|| range_mask(0, width)),
+            ),
+            None => {
+                if f16c && width == KEY_CHUNK {
+                    k_tile_f16c(&item.kv.k, base, bs, hd, c0, &mut scratch.k_tile);
+                } else {
+                    item.kv
+                        .k
+                        .k_tile(base, bs, hd, c0, width, &mut scratch.k_tile);
                 }
-            };
-            let mut r0 = 0;
-            while r0 < num_rows {
-                let n = ROW_TILE.min(num_rows - r0);
-                // Rows are token-major, so the tile's last row sees the
-                // latest keys and its first row the earliest.
-                let first_i = item.q_begin + r0 / group;
-                let last_i = item.q_begin + (r0 + n - 1) / group;
-                let (_, last_end) = item.visible(last_i, chunk_start, width);
-                let (first_skip, _) = item.visible(first_i, chunk_start, width);
-                if last_end == 0 || first_skip == width {
-                    r0 += n;
+                if f16c {
+                    v_tile_f16c(&item.kv.v, base, hd, c0, width, &mut scratch.v_tile);
+                } else {
+                    item.kv.v.v_tile(base, hd, c0, width, &mut scratch.v_tile);
+                }
+                let tiles = (scratch.k_tile.as_ptr(), scratch.v_tile.as_ptr());
+                (tiles.0, KEY_CHUNK, tiles.1, None)
+            }
+        };
+        let mut r0 = 0;
+        while r0 < num_rows {
+            let n = ROW_TILE.min(num_rows - r0);
+            // Rows are token-major, so the tile's last row sees the
+            // latest keys and its first row the earliest.
+            let first_i = item.q_begin + r0 / group;
+            let last_i = item.q_begin + (r0 + n - 1) / group;
+            let (_, last_end) = item.visible(last_i, chunk_start, width);
+            let (first_skip, _) = item.visible(first_i, chunk_start, width);
+            if last_end == 0 || first_skip == width {
+                r0 += n;
+                continue;
+            }
+            for (t, off) in q_offs.iter_mut().enumerate().take(n) {
+                *off = item.q_offset(r0 + t);
+            }
+            let mut s = [[_mm256_setzero_ps(); 2]; ROW_TILE];
+            macro_rules! tile {
+                ($n:literal) => {{
+                    let t = scores::<$n>(q, &q_offs, k, k_stride, hd, mask);
+                    s[..$n].copy_from_slice(&t);
+                }};
+            }
+            match n {
+                1 => tile!(1),
+                2 => tile!(2),
+                3 => tile!(3),
+                _ => tile!(4),
+            }
+            // The rows with visible keys in this chunk, and their keys.
+            let mut active = [(0usize, (0usize, 0usize)); ROW_TILE];
+            let mut live = 0;
+            for (t, &st) in s.iter().enumerate().take(n) {
+                let row = r0 + t;
+                let i = item.q_begin + row / group;
+                let keys = item.visible(i, chunk_start, width);
+                if keys.0 == keys.1 {
                     continue;
                 }
-                for (t, off) in q_offs.iter_mut().enumerate().take(n) {
-                    *off = item.q_offset(r0 + t);
-                }
-                let mut s = [[_mm256_setzero_ps(); 2]; ROW_TILE];
-                macro_rules! tile {
-                    ($n:literal) => {{
-                        let t = scores::<$n>(q, &q_offs, k, k_stride, hd, mask);
-                        s[..$n].copy_from_slice(&t);
-                    }};
-                }
-                match n {
-                    1 => tile!(1),
-                    2 => tile!(2),
-                    3 => tile!(3),
-                    _ => tile!(4),
-                }
-                // The rows with visible keys in this chunk, and their keys.
-                let mut active = [(0usize, (0usize, 0usize)); ROW_TILE];
-                let mut live = 0;
-                for (t, &st) in s.iter().enumerate().take(n) {
-                    let row = r0 + t;
-                    let i = item.q_begin + row / group;
-                    let keys = item.visible(i, chunk_start, width);
-                    if keys.0 == keys.1 {
-                        continue;
-                    }
-                    softmax_update(item, scratch, row, st, keys, &mut p[t]);
-                    active[live] = (t, keys);
-                    live += 1;
-                }
-                // `p · V`: rows that see the same keys (every chunk but the
-                // causal diagonal's) share each V load; the others go one
-                // by one. Either way each row takes the same operations.
-                let acc = scratch.acc.as_mut_ptr();
-                let row_ptr = |t: usize| acc.add((r0 + t) * hd);
-                let active = &active[..live];
-                let shared = active.windows(2).all(|w| w[0].1 == w[1].1);
-                if shared && live > 1 {
-                    let keys = active[0].1;
-                    debug_assert!(live <= PV_ROWS);
-                    match *active {
-                        [(a, _), (b, _), (c, _), (d, _)] => pv_rows::<4>(
-                            [row_ptr(a), row_ptr(b), row_ptr(c), row_ptr(d)],
-                            v,
-                            hd,
-                            [&p[a], &p[b], &p[c], &p[d]],
-                            keys,
-                        ),
-                        [(a, _), (b, _), (c, _)] => pv_rows::<3>(
-                            [row_ptr(a), row_ptr(b), row_ptr(c)],
-                            v,
-                            hd,
-                            [&p[a], &p[b], &p[c]],
-                            keys,
-                        ),
-                        [(a, _), (b, _)] => {
-                            pv_rows::<2>([row_ptr(a), row_ptr(b)], v, hd, [&p[a], &p[b]], keys)
-                        }
-                        _ => unreachable!("at most {PV_ROWS} live rows"),
-                    }
-                } else {
-                    for &(t, keys) in active {
-                        pv_rows::<1>([row_ptr(t)], v, hd, [&p[t]], keys);
-                    }
-                }
-                r0 += n;
+                softmax_update(item, scratch, row, st, keys, &mut p[t]);
+                active[live] = (t, keys);
+                live += 1;
             }
-            c0 += width;
+            // `p · V`: rows that see the same keys (every chunk but the
+            // causal diagonal's) share each V load; the others go one
+            // by one. Either way each row takes the same operations.
+            let acc = scratch.acc.as_mut_ptr();
+            let row_ptr = |t: usize| acc.add((r0 + t) * hd);
+            let active = &active[..live];
+            let shared = active.windows(2).all(|w| w[0].1 == w[1].1);
+            if shared && live > 1 {
+                let keys = active[0].1;
+                debug_assert!(live <= PV_ROWS);
+                match *active {
+                    [(a, _), (b, _), (c, _), (d, _)] => pv_rows::<4>(
+                        [row_ptr(a), row_ptr(b), row_ptr(c), row_ptr(d)],
+                        v,
+                        hd,
+                        [&p[a], &p[b], &p[c], &p[d]],
+                        keys,
+                    ),
+                    [(a, _), (b, _), (c, _)] => pv_rows::<3>(
+                        [row_ptr(a), row_ptr(b), row_ptr(c)],
+                        v,
+                        hd,
+                        [&p[a], &p[b], &p[c]],
+                        keys,
+                    ),
+                    [(a, _), (b, _)] => {
+                        pv_rows::<2>([row_ptr(a), row_ptr(b)], v, hd, [&p[a], &p[b]], keys)
+                    }
+                    _ => unreachable!("at most {PV_ROWS} live rows"),
+                }
+            } else {
+                for &(t, keys) in active {
+                    pv_rows::<1>([row_ptr(t)], v, hd, [&p[t]], keys);
+                }
+            }
+            r0 += n;
         }
     }
 

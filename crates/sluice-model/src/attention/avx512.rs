@@ -6,7 +6,7 @@
 //! `p · V` accumulation, up to four vector accumulators per 64 dims, where
 //! rows that see the same keys (up to 4) share each V load.
 
-use super::{Item, Scratch, KEY_CHUNK};
+use super::{Item, KeyChunk, Scratch, KEY_CHUNK};
 use crate::kernels::math::{exp_f32, EXP_HI, EXP_LO, EXP_POLY, LN2_HI, LN2_LO, LOG2E, ROUND_MAGIC};
 use crate::kv_cache::KvTensor;
 use std::arch::x86_64::*;
@@ -278,137 +278,134 @@ pub(super) unsafe fn attend(item: &Item<'_>, out: &mut [f32], scratch: &mut Scra
     let mut q_offs = [0usize; ROW_TILE];
     let mut p = [[0f32; KEY_CHUNK]; ROW_TILE];
 
-    let first_block = item.first_block();
-    let blocks = &item.table[first_block..last_visible.div_ceil(bs)];
-    for (b, &block) in (first_block..).zip(blocks) {
-        let base = item.block_base(block);
-        let mut c0 = 0;
-        while c0 < bs && b * bs + c0 < last_visible {
-            let chunk_start = b * bs + c0;
-            let width = KEY_CHUNK.min(bs - c0);
-            let load_mask = lane_mask(width.min(last_visible - chunk_start));
-            // The chunk's keys, `k[d · k_stride + j]` and `v[j · hd + d]`:
-            // in place for an f32 cache, else decoded into the tiles.
-            let (k, k_stride, v) = match in_place {
-                Some((k_all, v_all)) => (k_all.add(base + c0), bs, v_all.add(base + c0 * hd)),
-                None => {
-                    k_tile(&item.kv.k, base, bs, hd, c0, width, &mut scratch.k_tile);
-                    v_tile(&item.kv.v, base, hd, c0, width, &mut scratch.v_tile);
-                    (scratch.k_tile.as_ptr(), KEY_CHUNK, scratch.v_tile.as_ptr())
-                }
-            };
-            let mut r0 = 0;
-            while r0 < num_rows {
-                let n = ROW_TILE.min(num_rows - r0);
-                // Rows are token-major, so the tile's last row sees the
-                // latest keys and its first row the earliest.
-                let first_i = item.q_begin + r0 / group;
-                let last_i = item.q_begin + (r0 + n - 1) / group;
-                let (_, last_end) = item.visible(last_i, chunk_start, width);
-                let (first_skip, _) = item.visible(first_i, chunk_start, width);
-                if last_end == 0 || first_skip == width {
-                    r0 += n;
+    for chunk in item.key_chunks() {
+        let KeyChunk {
+            base,
+            offset: c0,
+            start: chunk_start,
+            width,
+        } = chunk;
+        let load_mask = lane_mask(width.min(last_visible - chunk_start));
+        // The chunk's keys, `k[d · k_stride + j]` and `v[j · hd + d]`:
+        // in place for an f32 cache, else decoded into the tiles.
+        let (k, k_stride, v) = match in_place {
+            Some((k_all, v_all)) => (k_all.add(base + c0), bs, v_all.add(base + c0 * hd)),
+            None => {
+                k_tile(&item.kv.k, base, bs, hd, c0, width, &mut scratch.k_tile);
+                v_tile(&item.kv.v, base, hd, c0, width, &mut scratch.v_tile);
+                (scratch.k_tile.as_ptr(), KEY_CHUNK, scratch.v_tile.as_ptr())
+            }
+        };
+        let mut r0 = 0;
+        while r0 < num_rows {
+            let n = ROW_TILE.min(num_rows - r0);
+            // Rows are token-major, so the tile's last row sees the
+            // latest keys and its first row the earliest.
+            let first_i = item.q_begin + r0 / group;
+            let last_i = item.q_begin + (r0 + n - 1) / group;
+            let (_, last_end) = item.visible(last_i, chunk_start, width);
+            let (first_skip, _) = item.visible(first_i, chunk_start, width);
+            if last_end == 0 || first_skip == width {
+                r0 += n;
+                continue;
+            }
+            for (t, off) in q_offs.iter_mut().enumerate().take(n) {
+                *off = item.q_offset(r0 + t);
+            }
+            let mut s = [_mm512_setzero_ps(); ROW_TILE];
+            // The rows with visible keys in this chunk, and their keys.
+            let mut active = [(0usize, (0usize, 0usize)); ROW_TILE];
+            let mut live = 0;
+            macro_rules! tile {
+                ($n:literal) => {{
+                    let t = scores::<$n>(q, &q_offs, k, k_stride, hd, load_mask);
+                    s[..$n].copy_from_slice(&t);
+                }};
+            }
+            match n {
+                1 => tile!(1),
+                2 => tile!(2),
+                3 => tile!(3),
+                4 => tile!(4),
+                5 => tile!(5),
+                6 => tile!(6),
+                7 => tile!(7),
+                _ => tile!(8),
+            }
+            for (t, &st) in s.iter().enumerate().take(n) {
+                let row = r0 + t;
+                let i = item.q_begin + row / group;
+                let (skip, visible) = item.visible(i, chunk_start, width);
+                if skip == visible {
                     continue;
                 }
-                for (t, off) in q_offs.iter_mut().enumerate().take(n) {
-                    *off = item.q_offset(r0 + t);
-                }
-                let mut s = [_mm512_setzero_ps(); ROW_TILE];
-                // The rows with visible keys in this chunk, and their keys.
-                let mut active = [(0usize, (0usize, 0usize)); ROW_TILE];
-                let mut live = 0;
-                macro_rules! tile {
-                    ($n:literal) => {{
-                        let t = scores::<$n>(q, &q_offs, k, k_stride, hd, load_mask);
-                        s[..$n].copy_from_slice(&t);
-                    }};
-                }
-                match n {
-                    1 => tile!(1),
-                    2 => tile!(2),
-                    3 => tile!(3),
-                    4 => tile!(4),
-                    5 => tile!(5),
-                    6 => tile!(6),
-                    7 => tile!(7),
-                    _ => tile!(8),
-                }
-                for (t, &st) in s.iter().enumerate().take(n) {
-                    let row = r0 + t;
-                    let i = item.q_begin + row / group;
-                    let (skip, visible) = item.visible(i, chunk_start, width);
-                    if skip == visible {
-                        continue;
+                let m = range_mask(skip, visible);
+                let mut scaled = _mm512_mul_ps(st, scale);
+                if let Some(cap) = item.shape.logit_softcap {
+                    // No vector tanh here; the soft-cap is rare enough
+                    // to take the scalar one, lane by lane.
+                    let mut lanes = [0f32; KEY_CHUNK];
+                    _mm512_storeu_ps(lanes.as_mut_ptr(), scaled);
+                    for x in &mut lanes {
+                        *x = (*x / cap).tanh() * cap;
                     }
-                    let m = range_mask(skip, visible);
-                    let mut scaled = _mm512_mul_ps(st, scale);
-                    if let Some(cap) = item.shape.logit_softcap {
-                        // No vector tanh here; the soft-cap is rare enough
-                        // to take the scalar one, lane by lane.
-                        let mut lanes = [0f32; KEY_CHUNK];
-                        _mm512_storeu_ps(lanes.as_mut_ptr(), scaled);
-                        for x in &mut lanes {
-                            *x = (*x / cap).tanh() * cap;
-                        }
-                        scaled = _mm512_loadu_ps(lanes.as_ptr());
-                    }
-                    let st = _mm512_mask_blend_ps(m, neg_inf, scaled);
-                    let chunk_max = _mm512_reduce_max_ps(st);
-                    let acc_row = acc.add(row * hd);
-                    let m_old = scratch.max[row];
-                    let m_new = m_old.max(chunk_max);
-                    if m_new > m_old {
-                        let alpha = exp_f32(m_old - m_new);
-                        scratch.sum[row] *= alpha;
-                        scale_row(acc_row, hd, alpha);
-                        scratch.max[row] = m_new;
-                    }
-                    let pv_vec =
-                        _mm512_maskz_mov_ps(m, exp512(_mm512_sub_ps(st, _mm512_set1_ps(m_new))));
-                    scratch.sum[row] += _mm512_reduce_add_ps(pv_vec);
-                    _mm512_storeu_ps(p[t].as_mut_ptr(), pv_vec);
-                    active[live] = (t, (skip, visible));
-                    live += 1;
+                    scaled = _mm512_loadu_ps(lanes.as_ptr());
                 }
-                // `p · V`: rows that see the same keys (every chunk but
-                // the causal diagonal's) share each V load, 4 at a time;
-                // the others go one by one. Either way each row takes the
-                // same operations.
-                let active = &active[..live];
-                let shared = active.windows(2).all(|w| w[0].1 == w[1].1);
-                if shared && live > 1 {
-                    let keys = active[0].1;
-                    let row_ptr = |t: usize| acc.add((r0 + t) * hd);
-                    for g in active.chunks(PV_ROWS) {
-                        match *g {
-                            [(a, _), (b, _), (c, _), (d, _)] => pv_rows::<4>(
-                                [row_ptr(a), row_ptr(b), row_ptr(c), row_ptr(d)],
-                                v,
-                                hd,
-                                [&p[a], &p[b], &p[c], &p[d]],
-                                keys,
-                            ),
-                            [(a, _), (b, _), (c, _)] => pv_rows::<3>(
-                                [row_ptr(a), row_ptr(b), row_ptr(c)],
-                                v,
-                                hd,
-                                [&p[a], &p[b], &p[c]],
-                                keys,
-                            ),
-                            [(a, _), (b, _)] => {
-                                pv_rows::<2>([row_ptr(a), row_ptr(b)], v, hd, [&p[a], &p[b]], keys)
-                            }
-                            _ => pv_rows::<1>([row_ptr(g[0].0)], v, hd, [&p[g[0].0]], keys),
-                        }
-                    }
-                } else {
-                    for &(t, keys) in active {
-                        pv_rows::<1>([acc.add((r0 + t) * hd)], v, hd, [&p[t]], keys);
-                    }
+                let st = _mm512_mask_blend_ps(m, neg_inf, scaled);
+                let chunk_max = _mm512_reduce_max_ps(st);
+                let acc_row = acc.add(row * hd);
+                let m_old = scratch.max[row];
+                let m_new = m_old.max(chunk_max);
+                if m_new > m_old {
+                    let alpha = exp_f32(m_old - m_new);
+                    scratch.sum[row] *= alpha;
+                    scale_row(acc_row, hd, alpha);
+                    scratch.max[row] = m_new;
                 }
-                r0 += n;
+                let pv_vec =
+                    _mm512_maskz_mov_ps(m, exp512(_mm512_sub_ps(st, _mm512_set1_ps(m_new))));
+                scratch.sum[row] += _mm512_reduce_add_ps(pv_vec);
+                _mm512_storeu_ps(p[t].as_mut_ptr(), pv_vec);
+                active[live] = (t, (skip, visible));
+                live += 1;
             }
-            c0 += width;
+            // `p · V`: rows that see the same keys (every chunk but
+            // the causal diagonal's) share each V load, 4 at a time;
+            // the others go one by one. Either way each row takes the
+            // same operations.
+            let active = &active[..live];
+            let shared = active.windows(2).all(|w| w[0].1 == w[1].1);
+            if shared && live > 1 {
+                let keys = active[0].1;
+                let row_ptr = |t: usize| acc.add((r0 + t) * hd);
+                for g in active.chunks(PV_ROWS) {
+                    match *g {
+                        [(a, _), (b, _), (c, _), (d, _)] => pv_rows::<4>(
+                            [row_ptr(a), row_ptr(b), row_ptr(c), row_ptr(d)],
+                            v,
+                            hd,
+                            [&p[a], &p[b], &p[c], &p[d]],
+                            keys,
+                        ),
+                        [(a, _), (b, _), (c, _)] => pv_rows::<3>(
+                            [row_ptr(a), row_ptr(b), row_ptr(c)],
+                            v,
+                            hd,
+                            [&p[a], &p[b], &p[c]],
+                            keys,
+                        ),
+                        [(a, _), (b, _)] => {
+                            pv_rows::<2>([row_ptr(a), row_ptr(b)], v, hd, [&p[a], &p[b]], keys)
+                        }
+                        _ => pv_rows::<1>([row_ptr(g[0].0)], v, hd, [&p[g[0].0]], keys),
+                    }
+                }
+            } else {
+                for &(t, keys) in active {
+                    pv_rows::<1>([acc.add((r0 + t) * hd)], v, hd, [&p[t]], keys);
+                }
+            }
+            r0 += n;
         }
     }
 
