@@ -261,6 +261,50 @@ fn q3_k_every_path_layout_batch_and_thread_count_is_exact() {
     check_format_exact(QuantFormat::Q3K, 512, 21, 12);
 }
 
+/// The largest integer sums the kernels can meet: every quant at its
+/// extreme (all bytes `0xFF`, so every nibble, high bit and 6-bit scale at
+/// its maximum; also `0x00`, `0x88` and `0xEE` rows) against activations
+/// that quantize to ±127 everywhere. The SIMD paths keep partial sums in
+/// i16 lanes where the formats' ranges allow; an overflow would show here
+/// and not with random bytes.
+#[test]
+fn saturated_quants_against_full_scale_activations_are_exact() {
+    for &f in &QUANT {
+        let (k, n) = (test_k(f), 19);
+        let rb = f.row_bytes(k).expect("whole blocks");
+        let mut w = vec![0u8; n * rb];
+        for (r, row) in w.chunks_exact_mut(rb).enumerate() {
+            row.fill([0xFF, 0x00, 0x88, 0xEE][r % 4]);
+            for blk in row.chunks_exact_mut(f.block_bytes()) {
+                for &at in f16_fields(f) {
+                    let v = if r % 3 == 2 { -0.01 } else { 0.01 };
+                    blk[at..at + 2].copy_from_slice(&formats::f32_to_f16(v).to_le_bytes());
+                }
+            }
+        }
+        let m = 6;
+        let x: Vec<f32> = (0..m * k)
+            .map(|e| match e / k {
+                0 | 3 => 1.0,
+                1 | 4 => -1.0,
+                _ => (if e % 2 == 0 { 1.0 } else { -1.0 }) * ((e % 7) as f32 + 1.0),
+            })
+            .collect();
+        let want = reference(f, &x, m, k, &w, n);
+        let packed = PackedWeight::new(f, &w, n, k).expect("packs");
+        for path in paths() {
+            for mm in [1, m] {
+                let got = run(path, 1, &x, mm, k, WeightRef::Packed(&packed), n);
+                assert_bits(
+                    &got,
+                    &want[..mm * n],
+                    &format!("{f} {path} saturated m={mm}"),
+                );
+            }
+        }
+    }
+}
+
 /// `got` against the dequantize-then-f32 reference, within the tolerance
 /// of the module docs.
 #[allow(clippy::too_many_arguments)]

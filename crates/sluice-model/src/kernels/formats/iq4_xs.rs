@@ -143,7 +143,9 @@ mod x86 {
         lookup256, lookup512, signed_dot256, signed_levels256, unsigned_levels512,
     };
     use super::{PANEL_BLOCK, QS, SCALES};
-    use crate::kernels::quant::x86::{bcast256, bcast512, rows_in_fours, store256, store512};
+    use crate::kernels::quant::x86::{
+        bcast256, bcast512, rows_1_to_8, rows_in_fours, store256, store512,
+    };
     use crate::kernels::quant::QTile;
     use std::arch::x86_64::*;
 
@@ -207,7 +209,7 @@ mod x86 {
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn tile_avx2(t: &QTile) {
         // SAFETY: forwarded.
-        unsafe { rows_in_fours!(avx2, t) }
+        unsafe { rows_1_to_8!(avx2, t) }
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]

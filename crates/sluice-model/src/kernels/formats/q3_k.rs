@@ -139,7 +139,7 @@ fn step(acc: f32, w: &[u8], a: &ActBlock<'_>) -> f32 {
 mod x86 {
     use super::{HMASK, PANEL_BLOCK, QS, SCALES};
     use crate::kernels::quant::x86::{
-        bcast256, bcast512, dpbusd256, rows_in_fours, store256, store512,
+        bcast256, bcast512, dpbusd256, rows_1_to_8, rows_in_fours, store256, store512,
     };
     use crate::kernels::quant::QTile;
     use std::arch::x86_64::*;
@@ -213,7 +213,7 @@ mod x86 {
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn tile_avx2(t: &QTile) {
         // SAFETY: forwarded.
-        unsafe { rows_in_fours!(avx2, t) }
+        unsafe { rows_1_to_8!(avx2, t) }
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]

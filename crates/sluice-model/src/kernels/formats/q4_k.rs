@@ -171,7 +171,7 @@ fn step(acc: f32, w: &[u8], a: &ActBlock<'_>) -> f32 {
 pub(crate) mod x86 {
     use super::{PANEL_BLOCK, QS};
     use crate::kernels::quant::x86::{
-        bcast256, bcast512, dpbusd256, rows_in_fours, store256, store512,
+        bcast256, bcast512, rows_1_to_8, rows_in_fours, store256, store512,
     };
     use crate::kernels::quant::QTile;
     use std::arch::x86_64::*;
@@ -292,10 +292,19 @@ pub(crate) mod x86 {
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn tile_avx2(t: &QTile) {
         // SAFETY: forwarded.
-        unsafe { rows_in_fours!(avx2::<false>, t) }
+        unsafe { rows_1_to_8!(avx2::<false>, t) }
     }
 
     /// The AVX2 Q4_K / Q5_K kernel, 8 columns at a time.
+    ///
+    /// AVX2 has no `vpdpbusd`, and its stand-in (`pmaddubsw` then
+    /// `pmaddwd` by ones) spends two multiplies per 4 products. Here the
+    /// `pmaddubsw` pair sums of one sub-block stay in i16 lanes across
+    /// `SPAN` chunks, and one `pmaddwd` by the sub-block's scale (in both
+    /// halves of each lane) widens them and applies the scale at once, as
+    /// llama.cpp's AVX2 K kernels do: half the multiplies. The sums are
+    /// exact: an i16 lane takes `2·SPAN` products of at most `15·127`
+    /// (Q4_K, `SPAN` 8: 30,480) or `31·127` (Q5_K, `SPAN` 4: 31,496).
     ///
     /// # Safety
     /// As for `QKernel`; AVX2 + FMA + F16C.
@@ -308,6 +317,7 @@ pub(crate) mod x86 {
             PANEL_BLOCK
         };
         let qs_at = if FIVE { QS + 512 } else { QS };
+        let span = if FIVE { 4 } else { 8 };
         let m4 = _mm256_set1_epi8(0x0F);
         let b4 = _mm256_set1_epi8(0x10);
         let mut acc = [[_mm256_setzero_ps(); 2]; MR];
@@ -320,50 +330,46 @@ pub(crate) mod x86 {
                     let dmw =
                         _mm256_cvtph_ps(_mm_loadu_si128(pb.add(32 + 16 * h) as *const __m128i));
                     let mut isc = [_mm256_setzero_si256(); MR];
-                    for g in 0..4 {
-                        let mut il = [_mm256_setzero_si256(); MR];
-                        let mut ih = [_mm256_setzero_si256(); MR];
-                        for c in 0..8 {
-                            let chunk = pb.add(qs_at + 64 * (8 * g + c) + 32 * h);
-                            let v = _mm256_loadu_si256(chunk as *const __m256i);
-                            let mut lo = _mm256_and_si256(v, m4);
-                            let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
-                            if FIVE {
-                                let ml = ((pb.add(QS + 8 * (8 * (2 * g) + c)) as *const u64)
-                                    .read_unaligned()
-                                    >> (32 * h)) as u32;
-                                let mh = ((pb.add(QS + 8 * (8 * (2 * g + 1) + c)) as *const u64)
-                                    .read_unaligned()
-                                    >> (32 * h)) as u32;
-                                lo = _mm256_or_si256(
-                                    lo,
-                                    _mm256_and_si256(bytes_from_bits32(ml), b4),
+                    // Sub-block s = 2g + n: the low (n = 0) or high nibbles
+                    // of group g's bytes.
+                    for s in 0..8 {
+                        let (g, n) = (s / 2, s % 2);
+                        let sc = _mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                            pb.add(64 + 16 * s + 8 * h) as *const __m128i
+                        ));
+                        let sc = _mm256_or_si256(sc, _mm256_slli_epi32::<16>(sc));
+                        for c0 in (0..8).step_by(span) {
+                            let mut a16 = [_mm256_setzero_si256(); MR];
+                            for c in c0..c0 + span {
+                                let v = _mm256_loadu_si256(
+                                    pb.add(qs_at + 64 * (8 * g + c) + 32 * h) as *const __m256i,
                                 );
-                                hi = _mm256_or_si256(
-                                    hi,
-                                    _mm256_and_si256(bytes_from_bits32(mh), b4),
-                                );
+                                let mut q = if n == 0 {
+                                    _mm256_and_si256(v, m4)
+                                } else {
+                                    _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4)
+                                };
+                                if FIVE {
+                                    let m = ((pb.add(QS + 8 * (8 * s + c)) as *const u64)
+                                        .read_unaligned()
+                                        >> (32 * h))
+                                        as u32;
+                                    q = _mm256_or_si256(
+                                        q,
+                                        _mm256_and_si256(bytes_from_bits32(m), b4),
+                                    );
+                                }
+                                for i in 0..MR {
+                                    let xq = t.x.add(i * t.ldq + b * 256 + 32 * s + 4 * c);
+                                    a16[i] = _mm256_add_epi16(
+                                        a16[i],
+                                        _mm256_maddubs_epi16(q, bcast256(xq)),
+                                    );
+                                }
                             }
                             for i in 0..MR {
-                                let xq = t.x.add(i * t.ldq + b * 256 + 64 * g + 4 * c);
-                                il[i] = dpbusd256(il[i], lo, bcast256(xq));
-                                ih[i] = dpbusd256(ih[i], hi, bcast256(xq.add(32)));
+                                isc[i] = _mm256_add_epi32(isc[i], _mm256_madd_epi16(a16[i], sc));
                             }
-                        }
-                        let scl = _mm256_cvtepu8_epi32(_mm_loadl_epi64(
-                            pb.add(64 + 32 * g + 8 * h) as *const __m128i,
-                        ));
-                        let sch = _mm256_cvtepu8_epi32(_mm_loadl_epi64(
-                            pb.add(80 + 32 * g + 8 * h) as *const __m128i,
-                        ));
-                        for i in 0..MR {
-                            isc[i] = _mm256_add_epi32(
-                                isc[i],
-                                _mm256_add_epi32(
-                                    _mm256_mullo_epi32(il[i], scl),
-                                    _mm256_mullo_epi32(ih[i], sch),
-                                ),
-                            );
                         }
                     }
                     let mut imn = [_mm256_setzero_si256(); MR];

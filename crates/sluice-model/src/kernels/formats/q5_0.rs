@@ -156,8 +156,7 @@ fn step(acc: f32, w: &[u8], a: &ActBlock<'_>) -> f32 {
 pub(crate) mod x86 {
     use super::PANEL_BLOCK;
     use crate::kernels::quant::x86::{
-        bcast256, bcast512, bytes_from_bits32, dpbusd256, rows_1_to_8, rows_in_fours, store256,
-        store512,
+        bcast256, bcast512, bytes_from_bits32, rows_1_to_8, store256, store512,
     };
     use crate::kernels::quant::QTile;
     use std::arch::x86_64::*;
@@ -227,13 +226,14 @@ pub(crate) mod x86 {
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn tile_avx2(t: &QTile) {
         // SAFETY: forwarded.
-        unsafe { rows_in_fours!(avx2, t) }
+        unsafe { rows_1_to_8!(avx2, t) }
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn avx2<const MR: usize>(t: &QTile) {
         let m4 = _mm256_set1_epi8(0x0F);
         let b4 = _mm256_set1_epi8(0x10);
+        let ones = _mm256_set1_epi16(1);
         let mut acc = [[_mm256_setzero_ps(); 2]; MR];
         for b in 0..t.nb {
             // SAFETY: as in the AVX-512 kernel.
@@ -244,22 +244,35 @@ pub(crate) mod x86 {
                     let mut isum: [__m256i; MR] = std::array::from_fn(|i| {
                         _mm256_set1_epi32(-16 * *t.sums.add(i * t.lds + b))
                     });
-                    for c in 0..4 {
-                        let v = _mm256_loadu_si256(pb.add(96 + 64 * c + 32 * h) as *const __m256i);
-                        let ml = (mask_at(pb.add(32 + 16 * c)) >> (32 * h)) as u32;
-                        let mh = (mask_at(pb.add(40 + 16 * c)) >> (32 * h)) as u32;
-                        let lo = _mm256_or_si256(
-                            _mm256_and_si256(v, m4),
-                            _mm256_and_si256(bytes_from_bits32(ml), b4),
-                        );
-                        let hi = _mm256_or_si256(
-                            _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4),
-                            _mm256_and_si256(bytes_from_bits32(mh), b4),
-                        );
+                    // `pmaddubsw` pair sums of 2 chunks (lo and hi) stay in
+                    // i16 lanes (8 products of at most 31·127 per lane:
+                    // 31,496) before one `pmaddwd` widens them: a third
+                    // fewer multiplies than a `vpdpbusd` stand-in per
+                    // chunk.
+                    for c0 in [0, 2] {
+                        let mut a16 = [_mm256_setzero_si256(); MR];
+                        for c in c0..c0 + 2 {
+                            let v =
+                                _mm256_loadu_si256(pb.add(96 + 64 * c + 32 * h) as *const __m256i);
+                            let ml = (mask_at(pb.add(32 + 16 * c)) >> (32 * h)) as u32;
+                            let mh = (mask_at(pb.add(40 + 16 * c)) >> (32 * h)) as u32;
+                            let lo = _mm256_or_si256(
+                                _mm256_and_si256(v, m4),
+                                _mm256_and_si256(bytes_from_bits32(ml), b4),
+                            );
+                            let hi = _mm256_or_si256(
+                                _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4),
+                                _mm256_and_si256(bytes_from_bits32(mh), b4),
+                            );
+                            for i in 0..MR {
+                                let xq = t.x.add(i * t.ldq + b * 32);
+                                let pl = _mm256_maddubs_epi16(lo, bcast256(xq.add(4 * c)));
+                                let ph = _mm256_maddubs_epi16(hi, bcast256(xq.add(16 + 4 * c)));
+                                a16[i] = _mm256_add_epi16(a16[i], _mm256_add_epi16(pl, ph));
+                            }
+                        }
                         for i in 0..MR {
-                            let xq = t.x.add(i * t.ldq + b * 32);
-                            isum[i] = dpbusd256(isum[i], lo, bcast256(xq.add(4 * c)));
-                            isum[i] = dpbusd256(isum[i], hi, bcast256(xq.add(16 + 4 * c)));
+                            isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(a16[i], ones));
                         }
                     }
                     for i in 0..MR {

@@ -123,7 +123,7 @@ fn step(acc: f32, w: &[u8], a: &ActBlock<'_>) -> f32 {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::super::q4_k::x86::{avx2, avx512};
-    use crate::kernels::quant::x86::rows_in_fours;
+    use crate::kernels::quant::x86::{rows_1_to_8, rows_in_fours};
     use crate::kernels::quant::QTile;
 
     /// # Safety
@@ -139,6 +139,6 @@ mod x86 {
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn tile_avx2(t: &QTile) {
         // SAFETY: forwarded.
-        unsafe { rows_in_fours!(avx2::<true>, t) }
+        unsafe { rows_1_to_8!(avx2::<true>, t) }
     }
 }

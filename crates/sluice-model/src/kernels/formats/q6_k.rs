@@ -159,7 +159,7 @@ fn step(acc: f32, w: &[u8], a: &ActBlock<'_>) -> f32 {
 mod x86 {
     use super::{PANEL_BLOCK, QH, QL, SC};
     use crate::kernels::quant::x86::{
-        bcast256, bcast512, dpbusd256, rows_in_fours, store256, store512,
+        bcast256, bcast512, rows_1_to_8, rows_in_fours, store256, store512,
     };
     use crate::kernels::quant::QTile;
     use std::arch::x86_64::*;
@@ -273,9 +273,30 @@ mod x86 {
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) unsafe fn tile_avx2(t: &QTile) {
         // SAFETY: forwarded.
-        unsafe { rows_in_fours!(avx2, t) }
+        unsafe { rows_1_to_8!(avx2, t) }
     }
 
+    /// Sub-block `s`'s scales of half `hh`'s 8 columns, as i32.
+    ///
+    /// # Safety
+    /// `pb` is a panel block.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn scale8(pb: *const u8, s: usize, hh: usize) -> __m256i {
+        // SAFETY: SC + 16s + 8hh + 8 <= the scales' end.
+        unsafe {
+            _mm256_cvtepi8_epi32(_mm_loadl_epi64(
+                pb.add(SC + 16 * s + 8 * hh) as *const __m128i
+            ))
+        }
+    }
+
+    /// The AVX2 kernel, 8 columns at a time. As in the Q4_K one, the
+    /// `pmaddubsw` pair sums stay in i16 lanes — here over 2 chunks (4
+    /// products of at most `63·127` per lane: 32,004) — and one `pmaddwd`
+    /// by the sub-block's scale widens and scales them. The `-32·bsum`
+    /// term is added once per super-block half, two sub-blocks per
+    /// `pmaddwd` (the sums of 16 fit i16: at most `16·127`).
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn avx2<const MR: usize>(t: &QTile) {
         let m4 = _mm256_set1_epi8(0x0F);
@@ -287,58 +308,69 @@ mod x86 {
                 for hh in 0..2 {
                     let dw = _mm256_cvtph_ps(_mm_loadu_si128(pb.add(16 * hh) as *const __m128i));
                     let mut isc = [_mm256_setzero_si256(); MR];
+                    // Sub-block s = 8h + 4n + c4: nibble n of the `ql`
+                    // bytes of chunks 4c4..4c4 + 4 in half h.
                     for h in 0..2 {
-                        for c4 in 0..4 {
-                            let mut i0: [__m256i; MR] = std::array::from_fn(|i| {
-                                _mm256_set1_epi32(
-                                    -32 * *t.sums.add(i * t.lds + 16 * b + 8 * h + c4),
-                                )
-                            });
-                            let mut i1: [__m256i; MR] = std::array::from_fn(|i| {
-                                _mm256_set1_epi32(
-                                    -32 * *t.sums.add(i * t.lds + 16 * b + 8 * h + 4 + c4),
-                                )
-                            });
-                            for c in 4 * c4..4 * c4 + 4 {
-                                let v = _mm256_loadu_si256(
-                                    pb.add(QL + 64 * (16 * h + c) + 32 * hh) as *const __m256i,
-                                );
-                                let hv = _mm256_loadu_si256(
-                                    pb.add(QH + 64 * c + 32 * hh) as *const __m256i
-                                );
-                                let q0 =
-                                    _mm256_or_si256(_mm256_and_si256(v, m4), high256(hv, 2 * h));
-                                let q1 = _mm256_or_si256(
-                                    _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4),
-                                    high256(hv, 2 * h + 1),
-                                );
-                                for i in 0..MR {
-                                    let xq = t.x.add(i * t.ldq + b * 256 + 128 * h + 4 * c);
-                                    i0[i] = dpbusd256(i0[i], q0, bcast256(xq));
-                                    i1[i] = dpbusd256(i1[i], q1, bcast256(xq.add(64)));
+                        for n in 0..2 {
+                            for c4 in 0..4 {
+                                let s = 8 * h + 4 * n + c4;
+                                let sc = scale8(pb, s, hh);
+                                let sc =
+                                    _mm256_blend_epi16::<0xAA>(sc, _mm256_slli_epi32::<16>(sc));
+                                for c0 in [4 * c4, 4 * c4 + 2] {
+                                    let mut a16 = [_mm256_setzero_si256(); MR];
+                                    for c in c0..c0 + 2 {
+                                        let v = _mm256_loadu_si256(
+                                            pb.add(QL + 64 * (16 * h + c) + 32 * hh)
+                                                as *const __m256i,
+                                        );
+                                        let hv = _mm256_loadu_si256(
+                                            pb.add(QH + 64 * c + 32 * hh) as *const __m256i
+                                        );
+                                        let lo = if n == 0 { v } else { _mm256_srli_epi16::<4>(v) };
+                                        let q = _mm256_or_si256(
+                                            _mm256_and_si256(lo, m4),
+                                            high256(hv, 2 * h + n),
+                                        );
+                                        for i in 0..MR {
+                                            let xq = t.x.add(
+                                                i * t.ldq + b * 256 + 128 * h + 64 * n + 4 * c,
+                                            );
+                                            a16[i] = _mm256_add_epi16(
+                                                a16[i],
+                                                _mm256_maddubs_epi16(q, bcast256(xq)),
+                                            );
+                                        }
+                                    }
+                                    for i in 0..MR {
+                                        isc[i] =
+                                            _mm256_add_epi32(isc[i], _mm256_madd_epi16(a16[i], sc));
+                                    }
                                 }
-                            }
-                            let s0 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(
-                                pb.add(SC + 16 * (8 * h + c4) + 8 * hh) as *const __m128i,
-                            ));
-                            let s1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(
-                                pb.add(SC + 16 * (8 * h + 4 + c4) + 8 * hh) as *const __m128i,
-                            ));
-                            for i in 0..MR {
-                                isc[i] = _mm256_add_epi32(
-                                    isc[i],
-                                    _mm256_add_epi32(
-                                        _mm256_mullo_epi32(i0[i], s0),
-                                        _mm256_mullo_epi32(i1[i], s1),
-                                    ),
-                                );
                             }
                         }
                     }
+                    // isc -= 32 · Σ_s sc_s · bsum_s.
+                    let mut corr = [_mm256_setzero_si256(); MR];
+                    for p in 0..8 {
+                        let pair = _mm256_blend_epi16::<0xAA>(
+                            scale8(pb, 2 * p, hh),
+                            _mm256_slli_epi32::<16>(scale8(pb, 2 * p + 1, hh)),
+                        );
+                        for i in 0..MR {
+                            let bs = t.sums.add(i * t.lds + 16 * b + 2 * p);
+                            let bp = (*bs as u16 as u32 | ((*bs.add(1) as u32) << 16)) as i32;
+                            corr[i] = _mm256_add_epi32(
+                                corr[i],
+                                _mm256_madd_epi16(pair, _mm256_set1_epi32(bp)),
+                            );
+                        }
+                    }
                     for i in 0..MR {
+                        let isc = _mm256_sub_epi32(isc[i], _mm256_slli_epi32::<5>(corr[i]));
                         let dx = _mm256_set1_ps(*t.d.add(i * t.ldd + b));
                         acc[i][hh] = _mm256_fmadd_ps(
-                            _mm256_cvtepi32_ps(isc[i]),
+                            _mm256_cvtepi32_ps(isc),
                             _mm256_mul_ps(dw, dx),
                             acc[i][hh],
                         );

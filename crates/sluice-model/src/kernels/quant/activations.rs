@@ -210,13 +210,20 @@ fn quantize_rows(
 type Q8_0Block = unsafe fn(&[f32], &mut [i8]) -> (f32, f32, i32);
 type Q8KBlock = unsafe fn(&[f32], &mut [i8], &mut [i32]) -> f32;
 
-/// `path`'s Q8_0 and Q8_K block quantizers (the scalar ones unless it is
-/// the AVX-512 path, which the caller clamped to this CPU; calling them is
-/// then sound).
+/// `path`'s Q8_0 and Q8_K block quantizers (the scalar ones on the
+/// portable path; the caller clamped `path` to this CPU, so calling the
+/// SIMD ones is then sound).
 fn block_quantizers(path: KernelPath) -> (Q8_0Block, Q8KBlock) {
     #[cfg(target_arch = "x86_64")]
     if path == KernelPath::Avx512 {
         return (x86::quantize_q8_0_block, x86::quantize_q8_k_block);
+    }
+    #[cfg(target_arch = "x86_64")]
+    if path == KernelPath::Avx2 {
+        return (
+            x86::avx2::quantize_q8_0_block,
+            x86::avx2::quantize_q8_k_block,
+        );
     }
     let _ = path;
     (quantize_q8_0_block, quantize_q8_k_block)
@@ -286,9 +293,11 @@ pub(crate) fn quantize_q8_k_block(x: &[f32], q: &mut [i8], sums: &mut [i32]) -> 
     1.0 / iscale
 }
 
-/// The AVX-512 block quantizers: the same bytes as the scalar ones (the
-/// same f32 products, round-half-even conversion, and NaN lanes taken as
-/// 0 as the scalar code does), 16 lanes at a time.
+/// The AVX-512 and AVX2 block quantizers: the same bytes as the scalar
+/// ones (the same f32 products, round-half-even conversion, and NaN lanes
+/// taken as 0 as the scalar code does), 16 or 8 lanes at a time. In a
+/// prefill on AVX2 the scalar Q8_K quantizer took a fifth of the K types'
+/// matmul time.
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use crate::kernels::formats::{f16_to_f32, f32_to_f16};
@@ -387,6 +396,166 @@ mod x86 {
                 sums[c] = _mm512_reduce_add_epi32(_mm512_cvtepi8_epi32(b));
             }
             1.0 / iscale
+        }
+    }
+
+    /// The AVX2 + F16C versions (no AVX-512 horizontal reductions or
+    /// narrowing stores: saturating packs and shuffles instead).
+    pub(super) mod avx2 {
+        use crate::kernels::formats::{f16_to_f32, f32_to_f16};
+        use std::arch::x86_64::*;
+
+        /// The running maximum of `|v|` over 8 lanes, skipping NaN lanes
+        /// (`max_ps` returns its second operand when either is NaN).
+        #[inline]
+        #[target_feature(enable = "avx2")]
+        fn abs_max(v: __m256, acc: __m256) -> __m256 {
+            let a = _mm256_andnot_ps(_mm256_set1_ps(-0.0), v);
+            _mm256_max_ps(a, acc)
+        }
+
+        /// The largest lane of `m` (no NaN lanes).
+        #[inline]
+        #[target_feature(enable = "avx2")]
+        fn hmax(m: __m256) -> f32 {
+            let h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+            let h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+            let h = _mm_max_ss(h, _mm_movehdup_ps(h));
+            _mm_cvtss_f32(h)
+        }
+
+        /// The wrapping sum of 8 i32 lanes.
+        #[inline]
+        #[target_feature(enable = "avx2")]
+        fn hsum(v: __m256i) -> i32 {
+            let h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+            let h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
+            let h = _mm_add_epi32(h, _mm_shuffle_epi32::<0b01>(h));
+            _mm_cvtsi128_si32(h)
+        }
+
+        /// As the AVX-512 `round_scaled`, 8 lanes: NaN lanes 0, lanes at
+        /// or above 2³¹ `i32::MAX` (`cvtps_epi32` gives `i32::MIN` for
+        /// both, right only for the large negative ones).
+        #[inline]
+        #[target_feature(enable = "avx2")]
+        fn round_scaled(v: __m256, id: __m256) -> __m256i {
+            let x = _mm256_mul_ps(v, id);
+            let ordered = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_ORD_Q>(x, x));
+            let too_big = _mm256_castps_si256(_mm256_cmp_ps::<_CMP_GE_OQ>(
+                x,
+                _mm256_set1_ps(2_147_483_648.0),
+            ));
+            let r = _mm256_and_si256(_mm256_cvtps_epi32(x), ordered);
+            _mm256_blendv_epi8(r, _mm256_set1_epi32(i32::MAX), too_big)
+        }
+
+        /// 32 lanes (`r[0..4]`, in order) saturated to i8, in order.
+        #[inline]
+        #[target_feature(enable = "avx2")]
+        fn narrow(r: [__m256i; 4]) -> __m256i {
+            // The packs work within 128-bit halves; the permute restores
+            // element order.
+            let a = _mm256_packs_epi32(r[0], r[1]);
+            let b = _mm256_packs_epi32(r[2], r[3]);
+            let p = _mm256_packs_epi16(a, b);
+            _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
+        }
+
+        /// The sums of bytes 0..16 and 16..32 of `b` (signed).
+        #[inline]
+        #[target_feature(enable = "avx2")]
+        fn sums_of_16(b: __m256i) -> (i32, i32) {
+            // Σ(b + 128) per 8 bytes by `psadbw`, less 16·128 per 16.
+            let s = _mm256_sad_epu8(
+                _mm256_xor_si256(b, _mm256_set1_epi8(-128)),
+                _mm256_setzero_si256(),
+            );
+            let lo = _mm256_extract_epi64::<0>(s) + _mm256_extract_epi64::<1>(s);
+            let hi = _mm256_extract_epi64::<2>(s) + _mm256_extract_epi64::<3>(s);
+            (lo as i32 - 2048, hi as i32 - 2048)
+        }
+
+        /// As `super::super::quantize_q8_0_block`.
+        ///
+        /// # Safety
+        /// AVX2 + F16C; `x` and `q` are 32 long.
+        #[target_feature(enable = "avx2,f16c")]
+        pub(in super::super) unsafe fn quantize_q8_0_block(
+            x: &[f32],
+            q: &mut [i8],
+        ) -> (f32, f32, i32) {
+            assert!(x.len() == 32 && q.len() == 32);
+            // SAFETY: 32 floats in, 32 bytes out (asserted).
+            unsafe {
+                let v: [__m256; 4] =
+                    std::array::from_fn(|c| _mm256_loadu_ps(x.as_ptr().add(8 * c)));
+                let m = v.iter().fold(_mm256_setzero_ps(), |m, &v| abs_max(v, m));
+                let amax = hmax(m);
+                let d = amax / 127.0;
+                let id = _mm256_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
+                let r: [__m256i; 4] = std::array::from_fn(|c| round_scaled(v[c], id));
+                let sum = hsum(_mm256_add_epi32(
+                    _mm256_add_epi32(r[0], r[1]),
+                    _mm256_add_epi32(r[2], r[3]),
+                ));
+                _mm256_storeu_si256(q.as_mut_ptr().cast(), narrow(r));
+                let dh = f16_to_f32(f32_to_f16(d));
+                let s = f16_to_f32(f32_to_f16(d * sum as f32));
+                (dh, s, sum)
+            }
+        }
+
+        /// As `super::super::quantize_q8_k_block`.
+        ///
+        /// # Safety
+        /// AVX2; `x` and `q` are 256 long, `sums` 16.
+        #[target_feature(enable = "avx2")]
+        pub(in super::super) unsafe fn quantize_q8_k_block(
+            x: &[f32],
+            q: &mut [i8],
+            sums: &mut [i32],
+        ) -> f32 {
+            assert!(x.len() == 256 && q.len() == 256 && sums.len() == 16);
+            // SAFETY: 256 floats in, 256 bytes and 16 sums out (asserted).
+            unsafe {
+                let mut m = _mm256_setzero_ps();
+                for c in 0..32 {
+                    m = abs_max(_mm256_loadu_ps(x.as_ptr().add(8 * c)), m);
+                }
+                let amax = hmax(m);
+                if amax == 0.0 {
+                    q.fill(0);
+                    sums.fill(0);
+                    return 0.0;
+                }
+                // The scalar code keeps the first value whose |v| is the
+                // largest (a strict `>`), sign included.
+                let target = _mm256_set1_ps(amax);
+                let mut max = amax;
+                for c in 0..32 {
+                    let v = _mm256_loadu_ps(x.as_ptr().add(8 * c));
+                    let a = _mm256_andnot_ps(_mm256_set1_ps(-0.0), v);
+                    let hit = _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_EQ_OQ>(a, target));
+                    if hit != 0 {
+                        max = x[8 * c + hit.trailing_zeros() as usize];
+                        break;
+                    }
+                }
+                let iscale = -127.0 / max;
+                let id = _mm256_set1_ps(iscale);
+                for c in 0..8 {
+                    let r: [__m256i; 4] = std::array::from_fn(|j| {
+                        round_scaled(_mm256_loadu_ps(x.as_ptr().add(32 * c + 8 * j)), id)
+                    });
+                    let b = narrow(r);
+                    _mm256_storeu_si256(q.as_mut_ptr().add(32 * c).cast(), b);
+                    // The sums of the stored (clamped) bytes, as the scalar
+                    // code.
+                    (sums[2 * c], sums[2 * c + 1]) = sums_of_16(b);
+                }
+                1.0 / iscale
+            }
         }
     }
 }
