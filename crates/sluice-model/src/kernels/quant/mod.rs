@@ -26,6 +26,10 @@
 //! added with one fused multiply-add — plus, for formats with a min, a
 //! second FMA of the min term. A bias is added after the last block.
 //!
+//! (AVX2 has no `vpdpbusd`: its kernels keep `pmaddubsw` pair sums in i16
+//! lanes only over as many chunks as the format's value range proves
+//! exact, which the tests check at the extremes.)
+//!
 //! Every path (AVX-512 VNNI, AVX2, portable) computes that same sequence,
 //! and SIMD lanes hold different output columns (never parts of one sum),
 //! so for quantized weights the results are bit-identical across paths as
