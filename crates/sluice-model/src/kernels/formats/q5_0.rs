@@ -171,6 +171,35 @@ pub(crate) mod x86 {
         unsafe { (p as *const u64).read_unaligned() }
     }
 
+    /// The 5-bit values of one chunk's 8 columns of half `h` (Q5_0 and
+    /// Q5_1 panels): the low and high nibbles of `v`, with the fifth bits
+    /// from the chunk's two masks at `masks` (low) and `masks + 8` (high).
+    ///
+    /// # Safety
+    /// AVX2; `masks` valid for 16 bytes.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    pub(crate) unsafe fn avx2_values(v: __m256i, masks: *const u8, h: usize) -> [__m256i; 2] {
+        let m4 = _mm256_set1_epi8(0x0F);
+        let b4 = _mm256_set1_epi8(0x10);
+        // SAFETY: forwarded.
+        let (ml, mh) = unsafe {
+            (
+                (mask_at(masks) >> (32 * h)) as u32,
+                (mask_at(masks.add(8)) >> (32 * h)) as u32,
+            )
+        };
+        let lo = _mm256_or_si256(
+            _mm256_and_si256(v, m4),
+            _mm256_and_si256(bytes_from_bits32(ml), b4),
+        );
+        let hi = _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4),
+            _mm256_and_si256(bytes_from_bits32(mh), b4),
+        );
+        [lo, hi]
+    }
+
     /// # Safety
     /// As for `QKernel`; AVX-512F/BW/VL + VNNI.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -231,8 +260,6 @@ pub(crate) mod x86 {
 
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn avx2<const MR: usize>(t: &QTile) {
-        let m4 = _mm256_set1_epi8(0x0F);
-        let b4 = _mm256_set1_epi8(0x10);
         let ones = _mm256_set1_epi16(1);
         let mut acc = [[_mm256_setzero_ps(); 2]; MR];
         for b in 0..t.nb {
@@ -254,16 +281,7 @@ pub(crate) mod x86 {
                         for c in c0..c0 + 2 {
                             let v =
                                 _mm256_loadu_si256(pb.add(96 + 64 * c + 32 * h) as *const __m256i);
-                            let ml = (mask_at(pb.add(32 + 16 * c)) >> (32 * h)) as u32;
-                            let mh = (mask_at(pb.add(40 + 16 * c)) >> (32 * h)) as u32;
-                            let lo = _mm256_or_si256(
-                                _mm256_and_si256(v, m4),
-                                _mm256_and_si256(bytes_from_bits32(ml), b4),
-                            );
-                            let hi = _mm256_or_si256(
-                                _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4),
-                                _mm256_and_si256(bytes_from_bits32(mh), b4),
-                            );
+                            let [lo, hi] = avx2_values(v, pb.add(32 + 16 * c), h);
                             for i in 0..MR {
                                 let xq = t.x.add(i * t.ldq + b * 32);
                                 let pl = _mm256_maddubs_epi16(lo, bcast256(xq.add(4 * c)));

@@ -110,10 +110,10 @@ fn step(acc: f32, w: &[u8], a: &ActBlock<'_>) -> f32 {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::super::q5_0::x86::mask_at;
+    use super::super::q5_0::x86::{avx2_values, mask_at};
     use super::PANEL_BLOCK;
     use crate::kernels::quant::x86::{
-        bcast256, bcast512, bytes_from_bits32, dpbusd256, rows_1_to_8, store256, store512,
+        bcast256, bcast512, dpbusd256, rows_1_to_8, store256, store512,
     };
     use crate::kernels::quant::QTile;
     use std::arch::x86_64::*;
@@ -179,8 +179,6 @@ mod x86 {
 
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn avx2<const MR: usize>(t: &QTile) {
-        let m4 = _mm256_set1_epi8(0x0F);
-        let b4 = _mm256_set1_epi8(0x10);
         let mut acc = [[_mm256_setzero_ps(); 2]; MR];
         for b in 0..t.nb {
             // SAFETY: as in the AVX-512 kernel.
@@ -193,16 +191,7 @@ mod x86 {
                     let mut isum = [_mm256_setzero_si256(); MR];
                     for c in 0..4 {
                         let v = _mm256_loadu_si256(pb.add(128 + 64 * c + 32 * h) as *const __m256i);
-                        let ml = (mask_at(pb.add(64 + 16 * c)) >> (32 * h)) as u32;
-                        let mh = (mask_at(pb.add(72 + 16 * c)) >> (32 * h)) as u32;
-                        let lo = _mm256_or_si256(
-                            _mm256_and_si256(v, m4),
-                            _mm256_and_si256(bytes_from_bits32(ml), b4),
-                        );
-                        let hi = _mm256_or_si256(
-                            _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4),
-                            _mm256_and_si256(bytes_from_bits32(mh), b4),
-                        );
+                        let [lo, hi] = avx2_values(v, pb.add(64 + 16 * c), h);
                         for i in 0..MR {
                             let xq = t.x.add(i * t.ldq + b * 32);
                             isum[i] = dpbusd256(isum[i], lo, bcast256(xq.add(4 * c)));
