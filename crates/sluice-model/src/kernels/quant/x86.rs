@@ -83,8 +83,9 @@ pub(crate) unsafe fn store256(t: &QTile, i: usize, acc: [__m256; 2]) {
 /// const arguments given as `$f::<A, B>`) for MR in 1..=8. The AVX2
 /// kernels take all 8 rows in one pass although their accumulators then
 /// outgrow the 16 vector registers: decoding a weight chunk costs as much
-/// as multiplying it into 4 rows, and sharing it over 8 rows beat the
-/// spills by 1.2-1.5× in prefill (measured on Zen 3).
+/// as multiplying it into 4 rows, and sharing it over 8 rows outweighs
+/// the spills (measured on Zen 3 in prefill: Q5_0's kernel 1.3-1.4×
+/// faster than two passes of 4 rows, the K kernels about even).
 macro_rules! rows_1_to_8 {
     ($f:ident $(::<$($g:tt),*>)?, $t:expr) => {
         match $t.mr {
