@@ -1,15 +1,6 @@
-//! `bench-model --profile PATH`: a table profile (`sluice_sim::TableModel`)
-//! measured on a designed grid of step shapes with the real scheduler and
-//! model runner, for `sluice simulate --hardware PATH` and `serve
-//! --executor simulated --profile PATH`.
-//!
-//! The grid covers what the engine's limits allow: prefill chunks of 1 to
-//! `--max-num-batched-tokens` tokens on 0 to ¾ of `--profile-max-model-len`
-//! cached tokens; decode batches of 1 to `max(--concurrency)` rows at mean
-//! contexts from 2 to the longest a request can have; and a few mixed steps.
-//! Every point is `--repeats` steps of exactly that shape, each timed as the
-//! engine times a step (schedule + forward + update); the table keeps their
-//! median and their spread (slowest − fastest).
+//! Measures a profile's grid with the real scheduler and model runner:
+//! every point is `--repeats` steps of exactly its shape, each timed as the
+//! engine times a step (schedule + forward + update).
 //!
 //! How each shape is made:
 //! - prefill `(c, x)`: a request of `x` tokens runs first (untimed), so that
@@ -43,17 +34,13 @@
 //!   `prefill + decode − mixed` over them, or merged), the one with the
 //!   smaller worst error on them; the profile keeps them and the error.
 
-use super::{Bench, BenchModelArgs};
-use crate::exit::config_error;
-use anyhow::{bail, Context, Result};
-use sluice_core::kv_cache::GroupingPolicy;
+use super::super::Bench;
+use super::grid::Grid;
+use anyhow::{bail, Result};
 use sluice_core::{Executor, NewRequest, RequestStatus, SamplingParams, Scheduler};
-use sluice_model::kv_cache::{KvCacheConfig, KvDtype};
-use sluice_sim::profile::TableProfile;
 use sluice_sim::step::StepShape;
 use sluice_sim::table::{DecodeTable, PrefillTable, SharedDecode};
-use sluice_sim::{MeasuredKvCache, MeasuredOn, MixedPoint, MixedRule, Profile, TableModel};
-use std::path::Path;
+use sluice_sim::{MixedPoint, MixedRule, TableModel};
 use std::time::Instant;
 
 /// Decode points of prompts this long or longer share one set of requests
@@ -67,98 +54,6 @@ const REUSE_MIN_PROMPT: usize = 512;
 /// one context), small enough for the runner's activations.
 const SETUP_BUDGET: usize = 16_384;
 
-/// The grid's limits (the engine's) and its repeats.
-pub(super) struct GridLimits {
-    pub max_num_batched_tokens: usize,
-    pub max_batch: usize,
-    pub max_model_len: usize,
-    pub block_size: usize,
-    pub repeats: usize,
-}
-
-/// The measured points: prefill chunk tokens × cached context, decode
-/// batch sizes × prompt tokens.
-#[derive(Debug, PartialEq)]
-pub(super) struct Grid {
-    pub chunks: Vec<usize>,
-    pub contexts: Vec<usize>,
-    pub batches: Vec<usize>,
-    pub prompts: Vec<usize>,
-}
-
-/// `first, first·ratio, …` while below `last`, then `last` (if above
-/// `first`); `[last]` when `last <= first`.
-fn geometric(first: usize, ratio: usize, last: usize) -> Vec<usize> {
-    let mut v = Vec::new();
-    let mut x = first;
-    while x < last {
-        v.push(x);
-        x *= ratio;
-    }
-    v.push(last);
-    v
-}
-
-impl Grid {
-    pub fn new(l: &GridLimits) -> Result<Grid> {
-        if l.max_model_len < 64 {
-            bail!(
-                "--profile-max-model-len: {} is too short for a grid (at least 64)",
-                l.max_model_len
-            );
-        }
-        if l.repeats + 3 >= l.max_model_len / 2 {
-            bail!(
-                "--repeats: {} leaves no room in the model length",
-                l.repeats
-            );
-        }
-        // The largest chunk leaves a quarter of the model length for cached
-        // context.
-        let max_chunk = l.max_num_batched_tokens.min(l.max_model_len / 4 * 3);
-        let mut chunks = vec![1];
-        chunks.extend(geometric(16, 2, max_chunk).into_iter().filter(|&c| c > 1));
-        // Cached contexts are whole blocks (a prefix-cache hit is), up to
-        // where the largest chunk still fits.
-        let bs = l.block_size;
-        let top = (l.max_model_len - 1 - max_chunk) / bs * bs;
-        let mut contexts = vec![0];
-        contexts.extend(
-            geometric(128usize.div_ceil(bs) * bs, 4, top)
-                .into_iter()
-                .map(|x| x / bs * bs)
-                .filter(|&x| x > 0),
-        );
-        contexts.dedup();
-        let batches = geometric(1, 2, l.max_batch.max(1));
-        // A decode row's context is its prompt plus what it sampled; the
-        // longest prompt leaves room for the untimed step and the timed ones
-        // of every batch size (`Bench::decode_column`).
-        let Some(longest) = l
-            .max_model_len
-            .checked_sub(3 + l.repeats * batches.len())
-            .filter(|&n| n >= 64)
-        else {
-            bail!(
-                "--profile-max-model-len: {} leaves no room for {} timed steps at each of {} \
-                 batch sizes",
-                l.max_model_len,
-                l.repeats,
-                batches.len()
-            );
-        };
-        let mut prompts = vec![1];
-        prompts.extend(geometric(64, 4, longest + 1).into_iter().map(|m| m - 1));
-        prompts.dedup();
-        Ok(Grid {
-            chunks,
-            contexts,
-            batches,
-            prompts,
-        })
-    }
-}
-
 /// Seconds to a tenth of a microsecond: the file stays readable, and no
 /// step is timed that finely.
 fn secs(t: f64) -> f64 {
@@ -166,7 +61,7 @@ fn secs(t: f64) -> f64 {
 }
 
 fn median(v: &[f64]) -> f64 {
-    super::median(v.to_vec())
+    super::super::median(v.to_vec())
 }
 
 fn spread(v: &[f64]) -> f64 {
@@ -664,177 +559,10 @@ impl Bench {
     }
 }
 
-/// Prints the reference step's times and warns when they differ by more
-/// than 15 %: the machine changed speed during the measurement, and the
-/// grid holds points of both speeds.
-fn report_speed_probe(probes: &[f64]) {
-    eprintln!(
-        "  reference step (1 decode row) before, between and after the parts: {} ms",
-        ms_list(probes)
-    );
-    let lo = probes.iter().copied().fold(f64::MAX, f64::min);
-    let hi = probes.iter().copied().fold(0.0, f64::max);
-    if hi > lo * 1.15 {
-        sluice_server::logging::warn(&format!(
-            "bench-model --profile: the reference step took {:.2} to {:.2} ms ({:+.0} %) during \
-             the measurement: the machine's speed varied, and the grid's points saw different \
-             speeds; measure on a quieter machine, or with more --repeats, or compare two \
-             profiles",
-            lo * 1e3,
-            hi * 1e3,
-            (hi / lo - 1.0) * 100.0
-        ));
-    }
-}
-
-/// The CPU's model name (from `/proc/cpuinfo` where there is one) and the
-/// instruction sets the kernels can use.
-fn cpu_description() -> String {
-    let name = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_string())
-        })
-        .unwrap_or_else(|| std::env::consts::ARCH.to_string());
-    format!("{name} ({})", sluice_model::kernels::cpu_features())
-}
-
-/// Measures the grid `args` asks for and writes the table profile to
-/// `path`; prints the grid, its cost and the mixed-step check on stderr.
-pub(super) fn write(
-    b: &mut Bench,
-    args: &BenchModelArgs,
-    path: &Path,
-    model: &str,
-    kv_dtype: KvDtype,
-) -> Result<()> {
-    let limits = GridLimits {
-        max_num_batched_tokens: args.max_num_batched_tokens,
-        max_batch: args.concurrency.iter().copied().max().unwrap_or(1),
-        max_model_len: args.profile_max_model_len,
-        block_size: args.block_size,
-        repeats: args.repeats,
-    };
-    let grid = Grid::new(&limits).map_err(config_error)?;
-    let grouping = GroupingPolicy {
-        hybrid: !args.disable_hybrid_kv_cache_manager,
-        ..GroupingPolicy::default()
-    };
-    let serve_kv = KvCacheConfig::new(args.block_size, 0)
-        .with_grouping(grouping)
-        .with_dtype(kv_dtype)
-        .with_memory_budget(&b.loaded.config, args.kv_cache_memory)
-        .context("--kv-cache-memory")
-        .map_err(config_error)?;
-    eprintln!(
-        "profiling {model}: prefill chunks {:?} x contexts {:?}, decode batches {:?} x prompts \
-         {:?}, {} repeats each (times in ms)",
-        grid.chunks, grid.contexts, grid.batches, grid.prompts, args.repeats
-    );
-    let m = b.measure_grid(&grid, args.repeats)?;
-    for (q, p) in m.mixed.iter().zip(&m.mixed_predicted) {
-        eprintln!(
-            "  mixed {:>3} rows + {:>4} tokens: {:.2} ms measured, {:.2} predicted",
-            q.batch_size,
-            q.chunk_tokens,
-            q.time_s * 1e3,
-            p * 1e3
-        );
-    }
-    let worst = m
-        .mixed
-        .iter()
-        .zip(&m.mixed_predicted)
-        .fold(0.0f64, |w, (q, p)| w.max(((p - q.time_s) / q.time_s).abs()));
-    let rule = match m.table.mixed_rule {
-        MixedRule::Additive => "additive",
-        MixedRule::Merged => "merged",
-    };
-    let description = format!(
-        "measured by sluice bench-model --profile in {:.0} s; mixed steps priced by the {rule} \
-         rule, off by at most {:.1} % on the {} measured",
-        m.cost_s,
-        100.0 * worst,
-        m.mixed.len()
-    );
-    let profile = Profile::Table(TableProfile {
-        name: Some(format!("{model}, {} threads", args.threads)),
-        description: Some(description.clone()),
-        tensor_parallel: None,
-        memory_bytes: None,
-        kv_cache: Some(MeasuredKvCache {
-            num_blocks: serve_kv.num_blocks,
-            block_size: args.block_size,
-        }),
-        measured_on: Some(MeasuredOn {
-            model: model.to_string(),
-            cpu: cpu_description(),
-            threads: args.threads,
-            repeats: args.repeats,
-            cost_s: m.cost_s,
-            speed_probe_s: m.speed_probe_s.clone(),
-        }),
-        mixed_measured: Some(m.mixed),
-        table: m.table,
-    });
-    profile
-        .save(path)
-        .with_context(|| format!("--profile {}", path.display()))
-        .map_err(config_error)?;
-    eprintln!("{description}");
-    report_speed_probe(&m.speed_probe_s);
-    eprintln!(
-        "wrote {} (KV cache: {} blocks of {} tokens, as --kv-cache-memory {} gives)",
-        path.display(),
-        serve_kv.num_blocks,
-        args.block_size,
-        args.kv_cache_memory
-    );
-    Ok(())
-}
-
-fn ms_list(v: &[f64]) -> String {
+/// Times in milliseconds, two decimals, space-separated.
+pub(super) fn ms_list(v: &[f64]) -> String {
     v.iter()
         .map(|t| format!("{:.2}", t * 1e3))
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_default_grid_covers_the_engine_limits() {
-        let g = Grid::new(&GridLimits {
-            max_num_batched_tokens: 1024,
-            max_batch: 32,
-            max_model_len: 2048,
-            block_size: 16,
-            repeats: 3,
-        })
-        .unwrap();
-        assert_eq!(g.chunks, [1, 16, 32, 64, 128, 256, 512, 1024]);
-        // Up to where the largest chunk still fits: 2047 - 1024, in blocks.
-        assert_eq!(g.contexts, [0, 128, 512, 1008]);
-        assert_eq!(g.batches, [1, 2, 4, 8, 16, 32]);
-        // Prompts: the longest leaves 3 timed steps plus the sampled token.
-        assert_eq!(g.prompts, [1, 63, 255, 1023, 2027]);
-        // A budget as long as the model: the chunks stop at ¾ of it.
-        let g = Grid::new(&GridLimits {
-            max_num_batched_tokens: 8192,
-            max_batch: 4,
-            max_model_len: 2048,
-            block_size: 16,
-            repeats: 3,
-        })
-        .unwrap();
-        assert_eq!(*g.chunks.last().unwrap(), 1536);
-        assert_eq!(g.contexts, [0, 128, 496]);
-        assert_eq!(geometric(1, 2, 24), [1, 2, 4, 8, 16, 24]);
-        assert_eq!(geometric(16, 4, 8), [8]);
-    }
 }
