@@ -60,6 +60,25 @@ pub(crate) unsafe fn store512(t: &QTile, i: usize, acc: __m512) {
 #[target_feature(enable = "avx2")]
 #[inline]
 pub(crate) unsafe fn store256(t: &QTile, i: usize, acc: [__m256; 2]) {
+    if t.cols == 16 {
+        // Whole panels (all but a matrix's last): two vector stores, the
+        // bias added lane by lane as the scalar tail below adds it.
+        // SAFETY: 16 outputs and biases are inside the tile's extents.
+        unsafe {
+            let o = t.out.add(i * t.ldo);
+            let (lo, hi) = if t.bias.is_null() {
+                (acc[0], acc[1])
+            } else {
+                (
+                    _mm256_add_ps(acc[0], _mm256_loadu_ps(t.bias)),
+                    _mm256_add_ps(acc[1], _mm256_loadu_ps(t.bias.add(8))),
+                )
+            };
+            _mm256_storeu_ps(o, lo);
+            _mm256_storeu_ps(o.add(8), hi);
+        }
+        return;
+    }
     let mut v = [0.0f32; 16];
     // SAFETY: `v` has room for 16 floats.
     unsafe {
