@@ -200,6 +200,50 @@ pub(crate) mod x86 {
         [lo, hi]
     }
 
+    /// `init` plus, per row, the integer dot products of one panel block's
+    /// 5-bit values (half `h`; the 4 chunks' nibbles at `values`, their
+    /// masks at `masks`, as Q5_0 and Q5_1 panels lay them out) with
+    /// activation block `b`. The `pmaddubsw` pair sums of 2 chunks (lo and
+    /// hi) stay in i16 lanes (8 products of at most 31·127 per lane:
+    /// 31,496) before one `pmaddwd` widens them: a third fewer multiplies
+    /// than a `vpdpbusd` stand-in per chunk.
+    ///
+    /// # Safety
+    /// AVX2 (inlined into the AVX2 kernels, whose registers it keeps);
+    /// `values` valid for 256 bytes, `masks` for 64; the tile's activation
+    /// rows hold block `b`.
+    #[inline(always)]
+    pub(crate) unsafe fn avx2_sums<const MR: usize>(
+        t: &QTile,
+        b: usize,
+        values: *const u8,
+        masks: *const u8,
+        h: usize,
+        mut isum: [__m256i; MR],
+    ) -> [__m256i; MR] {
+        let ones = _mm256_set1_epi16(1);
+        for c0 in [0, 2] {
+            let mut a16 = [_mm256_setzero_si256(); MR];
+            for c in c0..c0 + 2 {
+                // SAFETY: forwarded (chunk c of 4, row i of the tile's).
+                unsafe {
+                    let v = _mm256_loadu_si256(values.add(64 * c + 32 * h) as *const __m256i);
+                    let [lo, hi] = avx2_values(v, masks.add(16 * c), h);
+                    for i in 0..MR {
+                        let xq = t.x.add(i * t.ldq + b * 32);
+                        let pl = _mm256_maddubs_epi16(lo, bcast256(xq.add(4 * c)));
+                        let ph = _mm256_maddubs_epi16(hi, bcast256(xq.add(16 + 4 * c)));
+                        a16[i] = _mm256_add_epi16(a16[i], _mm256_add_epi16(pl, ph));
+                    }
+                }
+            }
+            for i in 0..MR {
+                isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(a16[i], ones));
+            }
+        }
+        isum
+    }
+
     /// # Safety
     /// As for `QKernel`; AVX-512F/BW/VL + VNNI.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -260,7 +304,6 @@ pub(crate) mod x86 {
 
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn avx2<const MR: usize>(t: &QTile) {
-        let ones = _mm256_set1_epi16(1);
         let mut acc = [[_mm256_setzero_ps(); 2]; MR];
         for b in 0..t.nb {
             // SAFETY: as in the AVX-512 kernel.
@@ -268,31 +311,10 @@ pub(crate) mod x86 {
                 let pb = t.w.add(b * PANEL_BLOCK);
                 for h in 0..2 {
                     let dw = _mm256_cvtph_ps(_mm_loadu_si128(pb.add(16 * h) as *const __m128i));
-                    let mut isum: [__m256i; MR] = std::array::from_fn(|i| {
+                    let init: [__m256i; MR] = std::array::from_fn(|i| {
                         _mm256_set1_epi32(-16 * *t.sums.add(i * t.lds + b))
                     });
-                    // `pmaddubsw` pair sums of 2 chunks (lo and hi) stay in
-                    // i16 lanes (8 products of at most 31·127 per lane:
-                    // 31,496) before one `pmaddwd` widens them: a third
-                    // fewer multiplies than a `vpdpbusd` stand-in per
-                    // chunk.
-                    for c0 in [0, 2] {
-                        let mut a16 = [_mm256_setzero_si256(); MR];
-                        for c in c0..c0 + 2 {
-                            let v =
-                                _mm256_loadu_si256(pb.add(96 + 64 * c + 32 * h) as *const __m256i);
-                            let [lo, hi] = avx2_values(v, pb.add(32 + 16 * c), h);
-                            for i in 0..MR {
-                                let xq = t.x.add(i * t.ldq + b * 32);
-                                let pl = _mm256_maddubs_epi16(lo, bcast256(xq.add(4 * c)));
-                                let ph = _mm256_maddubs_epi16(hi, bcast256(xq.add(16 + 4 * c)));
-                                a16[i] = _mm256_add_epi16(a16[i], _mm256_add_epi16(pl, ph));
-                            }
-                        }
-                        for i in 0..MR {
-                            isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(a16[i], ones));
-                        }
-                    }
+                    let isum = avx2_sums(t, b, pb.add(96), pb.add(32), h, init);
                     for i in 0..MR {
                         let dx = *t.d.add(i * t.ldd + b);
                         let scale = _mm256_mul_ps(dw, _mm256_set1_ps(dx));

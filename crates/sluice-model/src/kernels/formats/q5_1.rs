@@ -110,9 +110,9 @@ fn step(acc: f32, w: &[u8], a: &ActBlock<'_>) -> f32 {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::super::q5_0::x86::{avx2_values, mask_at};
+    use super::super::q5_0::x86::{avx2_sums, mask_at};
     use super::PANEL_BLOCK;
-    use crate::kernels::quant::x86::{bcast256, bcast512, rows_1_to_8, store256, store512};
+    use crate::kernels::quant::x86::{bcast512, rows_1_to_8, store256, store512};
     use crate::kernels::quant::QTile;
     use std::arch::x86_64::*;
 
@@ -177,7 +177,6 @@ mod x86 {
 
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn avx2<const MR: usize>(t: &QTile) {
-        let ones = _mm256_set1_epi16(1);
         let mut acc = [[_mm256_setzero_ps(); 2]; MR];
         for b in 0..t.nb {
             // SAFETY: as in the AVX-512 kernel.
@@ -187,27 +186,8 @@ mod x86 {
                     let dw = _mm256_cvtph_ps(_mm_loadu_si128(pb.add(16 * h) as *const __m128i));
                     let mw =
                         _mm256_cvtph_ps(_mm_loadu_si128(pb.add(32 + 16 * h) as *const __m128i));
-                    let mut isum = [_mm256_setzero_si256(); MR];
-                    // As in Q5_0's kernel: 2 chunks' `pmaddubsw` pair sums
-                    // stay in i16 lanes (at most 8 · 31 · 127 = 31,496)
-                    // before one `pmaddwd` widens them.
-                    for c0 in [0, 2] {
-                        let mut a16 = [_mm256_setzero_si256(); MR];
-                        for c in c0..c0 + 2 {
-                            let v =
-                                _mm256_loadu_si256(pb.add(128 + 64 * c + 32 * h) as *const __m256i);
-                            let [lo, hi] = avx2_values(v, pb.add(64 + 16 * c), h);
-                            for i in 0..MR {
-                                let xq = t.x.add(i * t.ldq + b * 32);
-                                let pl = _mm256_maddubs_epi16(lo, bcast256(xq.add(4 * c)));
-                                let ph = _mm256_maddubs_epi16(hi, bcast256(xq.add(16 + 4 * c)));
-                                a16[i] = _mm256_add_epi16(a16[i], _mm256_add_epi16(pl, ph));
-                            }
-                        }
-                        for i in 0..MR {
-                            isum[i] = _mm256_add_epi32(isum[i], _mm256_madd_epi16(a16[i], ones));
-                        }
-                    }
+                    let zero = [_mm256_setzero_si256(); MR];
+                    let isum = avx2_sums(t, b, pb.add(128), pb.add(64), h, zero);
                     for i in 0..MR {
                         let dx = *t.d.add(i * t.ldd + b);
                         let sx = *t.s.add(i * t.ldd + b);
