@@ -310,7 +310,7 @@ pub(crate) mod x86 {
     /// As for `QKernel`; AVX2 + FMA + F16C.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub(crate) unsafe fn avx2<const FIVE: bool, const MR: usize>(t: &QTile) {
-        use crate::kernels::quant::x86::bytes_from_bits32;
+        use crate::kernels::formats::q5_0::x86::avx2_fifth_bits;
         let panel_block = if FIVE {
             super::super::q5_k::PANEL_BLOCK
         } else {
@@ -319,7 +319,6 @@ pub(crate) mod x86 {
         let qs_at = if FIVE { QS + 512 } else { QS };
         let span = if FIVE { 4 } else { 8 };
         let m4 = _mm256_set1_epi8(0x0F);
-        let b4 = _mm256_set1_epi8(0x10);
         let mut acc = [[_mm256_setzero_ps(); 2]; MR];
         for b in 0..t.nb {
             // SAFETY: as in the AVX-512 kernel.
@@ -350,14 +349,8 @@ pub(crate) mod x86 {
                                     _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4)
                                 };
                                 if FIVE {
-                                    let m = ((pb.add(QS + 8 * (8 * s + c)) as *const u64)
-                                        .read_unaligned()
-                                        >> (32 * h))
-                                        as u32;
-                                    q = _mm256_or_si256(
-                                        q,
-                                        _mm256_and_si256(bytes_from_bits32(m), b4),
-                                    );
+                                    let f = avx2_fifth_bits(pb.add(QS + 8 * (8 * s + c)), h);
+                                    q = _mm256_or_si256(q, f);
                                 }
                                 for i in 0..MR {
                                     let xq = t.x.add(i * t.ldq + b * 256 + 32 * s + 4 * c);

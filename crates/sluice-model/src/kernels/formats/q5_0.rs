@@ -171,6 +171,20 @@ pub(crate) mod x86 {
         unsafe { (p as *const u64).read_unaligned() }
     }
 
+    /// The fifth bits of half `h` of one chunk as bytes (0x10 where set),
+    /// from the chunk's 64-bit mask at `mask` (bit `p` for byte `p`; Q5_0,
+    /// Q5_1 and Q5_K panels keep them so).
+    ///
+    /// # Safety
+    /// AVX2; `mask` valid for 8 bytes.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    pub(crate) unsafe fn avx2_fifth_bits(mask: *const u8, h: usize) -> __m256i {
+        // SAFETY: forwarded.
+        let m = unsafe { (mask_at(mask) >> (32 * h)) as u32 };
+        _mm256_and_si256(bytes_from_bits32(m), _mm256_set1_epi8(0x10))
+    }
+
     /// The 5-bit values of one chunk's 8 columns of half `h` (Q5_0 and
     /// Q5_1 panels): the low and high nibbles of `v`, with the fifth bits
     /// from the chunk's two masks at `masks` (low) and `masks + 8` (high).
@@ -181,23 +195,12 @@ pub(crate) mod x86 {
     #[inline]
     pub(crate) unsafe fn avx2_values(v: __m256i, masks: *const u8, h: usize) -> [__m256i; 2] {
         let m4 = _mm256_set1_epi8(0x0F);
-        let b4 = _mm256_set1_epi8(0x10);
         // SAFETY: forwarded.
-        let (ml, mh) = unsafe {
-            (
-                (mask_at(masks) >> (32 * h)) as u32,
-                (mask_at(masks.add(8)) >> (32 * h)) as u32,
-            )
-        };
-        let lo = _mm256_or_si256(
-            _mm256_and_si256(v, m4),
-            _mm256_and_si256(bytes_from_bits32(ml), b4),
-        );
-        let hi = _mm256_or_si256(
-            _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4),
-            _mm256_and_si256(bytes_from_bits32(mh), b4),
-        );
-        [lo, hi]
+        let (fl, fh) = unsafe { (avx2_fifth_bits(masks, h), avx2_fifth_bits(masks.add(8), h)) };
+        [
+            _mm256_or_si256(_mm256_and_si256(v, m4), fl),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(v), m4), fh),
+        ]
     }
 
     /// `init` plus, per row, the integer dot products of one panel block's

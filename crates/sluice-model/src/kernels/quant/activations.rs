@@ -405,13 +405,19 @@ mod x86 {
         use crate::kernels::formats::{f16_to_f32, f32_to_f16};
         use std::arch::x86_64::*;
 
+        /// `|v|` per lane (the sign bit cleared).
+        #[inline]
+        #[target_feature(enable = "avx2")]
+        fn abs(v: __m256) -> __m256 {
+            _mm256_andnot_ps(_mm256_set1_ps(-0.0), v)
+        }
+
         /// The running maximum of `|v|` over 8 lanes, skipping NaN lanes
         /// (`max_ps` returns its second operand when either is NaN).
         #[inline]
         #[target_feature(enable = "avx2")]
         fn abs_max(v: __m256, acc: __m256) -> __m256 {
-            let a = _mm256_andnot_ps(_mm256_set1_ps(-0.0), v);
-            _mm256_max_ps(a, acc)
+            _mm256_max_ps(abs(v), acc)
         }
 
         /// The largest lane of `m` (no NaN lanes).
@@ -535,8 +541,7 @@ mod x86 {
                 let mut max = amax;
                 for c in 0..32 {
                     let v = _mm256_loadu_ps(x.as_ptr().add(8 * c));
-                    let a = _mm256_andnot_ps(_mm256_set1_ps(-0.0), v);
-                    let hit = _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_EQ_OQ>(a, target));
+                    let hit = _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_EQ_OQ>(abs(v), target));
                     if hit != 0 {
                         max = x[8 * c + hit.trailing_zeros() as usize];
                         break;
